@@ -1,0 +1,152 @@
+"""Result models shared by the load generator, the comparison and the reports.
+
+These are file formats too (``--llmperf-json``, ``llmperf merge``), so every model forbids
+unknown fields and the top-level one carries a schema version.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from pytest_llmperf import __version__
+
+Backend = Literal["sglang", "openai", "openai-chat"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Workload(_Model):
+    """What is sent: the same prompts at every level and in every run (seeded)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Backend = "sglang"
+    input_len: PositiveInt = 1000
+    output_len: PositiveInt = 1000
+    seed: int = 0
+    temperature: float = Field(default=0.0, ge=0.0)
+    # None means the seed scripts' default: 4 requests at C=1, 2*C above.
+    requests_per_level: PositiveInt | None = None
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    # Open-loop Poisson arrivals in req/s instead of closed-loop concurrency (None = closed loop).
+    request_rate: float | None = Field(default=None, gt=0)
+
+    def num_requests(self, concurrency: int) -> int:
+        """How many requests a level of this concurrency sends."""
+        if self.requests_per_level is not None:
+            return self.requests_per_level
+        return 4 if concurrency == 1 else 2 * concurrency
+
+    def key(self) -> str:
+        """A short stable key used in baseline files and reports."""
+        k = f"{self.backend}-in{self.input_len}-out{self.output_len}"
+        if self.request_rate is not None:
+            k += f"-rate{self.request_rate:g}"
+        return k
+
+
+class ServerFacts(_Model):
+    """What the server said about itself (``/server_info``), plus how we reached it."""
+
+    mode: Literal["launched", "attached", "simulated"] = "attached"
+    url: str = ""
+    version: str | None = None
+    model_path: str | None = None
+    speculative_algorithm: str | None = None
+    # Effective cap: sum over DP ranks of internal_states[i].effective_max_running_requests_per_dp.
+    max_running_requests: int | None = None
+    dp_size: int = 1
+    sim_profile: str | None = None
+    server_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClientHealth(_Model):
+    """Whether the load generator itself kept up; a saturated client invalidates a level."""
+
+    transport: str = ""
+    cpu_percent: float = 0.0  # of one core, over the level
+    loop_lag_p99_ms: float = 0.0
+    loop_lag_max_ms: float = 0.0
+    saturated: bool = False
+    reason: str | None = None
+
+
+class RequestDetails(_Model):
+    """Per-request arrays (only with details on): compact columns, not one object per request."""
+
+    input_lens: list[int] = Field(default_factory=list)
+    output_lens: list[int] = Field(default_factory=list)
+    ttfts: list[float] = Field(default_factory=list)  # seconds, NaN for failed
+    e2e_latencies: list[float] = Field(default_factory=list)  # seconds
+    errors: list[str | None] = Field(default_factory=list)
+
+
+class LevelResult(_Model):
+    """One concurrency level of a sweep, with bench_serving's key names."""
+
+    max_concurrency: int  # the target C (bench_serving's key)
+    num_requests: int
+    completed: int
+    failed: int
+    duration: float  # seconds, first send to last completion
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    request_throughput: float = 0.0
+    input_throughput: float = 0.0
+    output_throughput: float = 0.0
+    total_throughput: float = 0.0
+    per_request_throughput: float = 0.0
+    concurrency: float = 0.0  # achieved: sum of e2e latencies / duration
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    p90_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_e2e_latency_ms: float | None = None
+    median_e2e_latency_ms: float | None = None
+    p90_e2e_latency_ms: float | None = None
+    p99_e2e_latency_ms: float | None = None
+    accept_length: float | None = None
+    goodput: float | None = None
+    server_max_running_requests: int | None = None
+    queueing: bool = False
+    notes: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)  # distinct messages, capped
+    client: ClientHealth | None = None
+    server_metrics: dict[str, float] | None = None
+    details: RequestDetails | None = None
+
+    def metric_value(self, name: str) -> float | None:
+        """The value of a metric defined in ``metric_defs`` (None when not measured)."""
+        from pytest_llmperf.metric_defs import metric
+
+        metric(name)  # raises with the list of known names
+        value = getattr(self, name, None)
+        return None if value is None else float(value)
+
+
+class SweepResult(_Model):
+    """A whole sweep of one server config."""
+
+    schema_version: Literal[1] = 1
+    config: str
+    server: ServerFacts
+    workload: Workload
+    levels: list[LevelResult] = Field(default_factory=list)
+    started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    plugin_version: str = __version__
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.max_concurrency == concurrency), None)

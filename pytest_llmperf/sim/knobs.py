@@ -1,0 +1,46 @@
+"""The server flags that shape the simulated performance, as one typed value.
+
+``sim/args.py`` turns ``sglang.launch_server``-style argv into ``ServerKnobs``; the engine
+(``sim/engine.py``) turns ``ServerKnobs`` plus a hardware/model profile into a running model.
+Names and defaults follow SGLang's ``ServerArgs`` (None means "auto", as there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServerKnobs:
+    model_path: str = "simulated/model"
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tp_size: int = 1
+    dp_size: int = 1
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    context_length: int | None = None
+    api_key: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    stream_interval: int = 1
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool = False
+    enable_metrics: bool = False
+    skip_server_warmup: bool = False
+    decode_log_interval: int = 40
+    log_level: str = "info"
+    # Simulator-only knobs (``--sim-*``); real SGLang has none of these.
+    sim_profile: str | None = None  # profile name or path to a profile JSON file
+    sim_seed: int = 0
+    sim_jitter: float = 0.0  # run-to-run speed jitter (fraction, e.g. 0.03 = +-3 %), drawn once per process
+    sim_time_scale: float = 1.0  # >1 runs the model slower than real time (e.g. for tests on a busy CI)
+    # (lo, hi, factor): steps whose running batch size is in [lo, hi] take `factor` x longer.
+    sim_slowdown: tuple[tuple[int, int, float], ...] = ()
+    unknown_args: tuple[str, ...] = field(default_factory=tuple)
