@@ -1,8 +1,37 @@
-"""Server configs: a server declared as data (name, model, verbatim launch flags, env, GPUs)."""
+"""Server configs: a server declared as data (name, model, verbatim launch flags, env, GPUs).
+
+Suites declare servers in TOML or YAML files shaped like::
+
+    [[server]]
+    name = "plain"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    args = ["--tp", "2"]
+    env = { SGLANG_FOO = "1" }
+    gpus = 2
+
+``load_server_configs`` reads such a file; ``server_configs_from_data`` takes the same shape as
+Python data. Every error names the file and the field, one line each, so a bad config reads like
+a lint message instead of a pydantic traceback.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = ["ConfigError", "ServerConfig", "load_server_configs", "server_configs_from_data"]
+
+
+class ConfigError(ValueError):
+    """A server config file (or dict) is invalid; ``errors`` holds one line per problem."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
 
 
 class ServerConfig(BaseModel):
@@ -22,3 +51,111 @@ class ServerConfig(BaseModel):
     launch_timeout_s: float = Field(default=600.0, gt=0)
     # Which simulator profile stands in for this server when no GPU/SGLang is available.
     sim_profile: str | None = None
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _no_path_separator(cls, value: Any) -> Any:
+        # The name becomes part of log and baseline file names; say so instead of a bare regex.
+        if isinstance(value, str) and ("/" in value or "\\" in value):
+            raise ValueError(
+                f"{value!r} contains a path separator; a config name is used in file names,"
+                " use letters, digits, '_', '.' or '-'"
+            )
+        return value
+
+
+_TOP_LEVEL_KEYS = {"server"}
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def server_configs_from_data(data: Any, *, source: str = "<data>") -> list[ServerConfig]:
+    """Build configs from ``{"server": [{...}, ...]}`` (or a bare list of server dicts).
+
+    ``source`` is how errors name where the data came from (a file path, or ``<data>``).
+    """
+    if isinstance(data, Mapping):
+        unknown = sorted(str(k) for k in data if k not in _TOP_LEVEL_KEYS)
+        if unknown:
+            raise ConfigError(
+                [f"{source}: unknown top-level key(s) {', '.join(unknown)}; expected 'server'"]
+            )
+        entries = data.get("server")
+        if entries is None:
+            raise ConfigError([f"{source}: no 'server' entries (expected [[server]] tables)"])
+    elif isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        entries = data
+    else:
+        raise ConfigError(
+            [f"{source}: expected a table with 'server' entries, got {type(data).__name__}"]
+        )
+    if isinstance(entries, Mapping):
+        entries = [entries]  # a single [server] table
+    if not isinstance(entries, Sequence) or isinstance(entries, str | bytes):
+        raise ConfigError([f"{source}: server: expected a list of tables"])
+
+    errors: list[str] = []
+    configs: list[ServerConfig] = []
+    first_index: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        where = f"{source}: server[{i}]"
+        if not isinstance(entry, Mapping):
+            errors.append(f"{where}: expected a table, got {type(entry).__name__}")
+            continue
+        try:
+            config = ServerConfig.model_validate(dict(entry))
+        except ValidationError as exc:
+            for err in exc.errors():
+                field = _loc(tuple(err["loc"]))
+                # Files say "list" where the model says "tuple".
+                msg = err["msg"].removeprefix("Value error, ").replace("valid tuple", "valid list")
+                errors.append(f"{where}.{field}: {msg}" if field else f"{where}: {msg}")
+            continue
+        if config.name in first_index:
+            errors.append(
+                f"{where}.name: duplicate name {config.name!r}"
+                f" (already used by server[{first_index[config.name]}])"
+            )
+            continue
+        first_index[config.name] = i
+        configs.append(config)
+    if errors:
+        raise ConfigError(errors)
+    return configs
+
+
+def load_server_configs(path: str | Path) -> list[ServerConfig]:
+    """Read server configs from a ``.toml``, ``.yaml`` or ``.yml`` file."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
+    suffix = path.suffix.lower()
+    data: Any
+    if suffix == ".toml":
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError([f"{source}: invalid TOML: {exc}"]) from None
+    elif suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            one_line = " ".join(str(exc).split())
+            raise ConfigError([f"{source}: invalid YAML: {one_line}"]) from None
+    else:
+        raise ConfigError(
+            [f"{source}: unsupported config file type {suffix!r}; use .toml or .yaml"]
+        )
+    if data is None:
+        raise ConfigError([f"{source}: the file is empty"])
+    return server_configs_from_data(data, source=source)

@@ -1,0 +1,725 @@
+"""Launch SGLang (or the simulator standing in for it) as a process group; attach to a server.
+
+Why it is built this way:
+
+- The server runs in its own session (``start_new_session=True``), so teardown can signal the
+  whole group (SGLang forks schedulers and detokenizers) and a terminal Ctrl-C reaches only
+  pytest, whose cleanup then stops the server in order.
+- Teardown is SIGTERM to the group, a bounded grace period, then SIGKILL to the group and to any
+  descendant that left it (found with psutil). Every wait is bounded.
+- Every live server is in a module registry; ``terminate_all`` (registered with ``atexit`` and
+  callable from signal handlers, see ``install_cleanup_signal_handlers``) stops them all.
+- If pytest itself is SIGKILLed, nothing in it runs. A small watchdog process (one per launching
+  process) holds the read end of a pipe whose write end only the launching process holds; EOF,
+  or being re-parented, means the parent died, and the watchdog stops the registered groups.
+  This covers the server's grandchildren too, unlike ``PR_SET_PDEATHSIG`` (which is per thread
+  and per direct child).
+- The API key is never in ``repr``, error messages or ``log_tail``; SGLang prints its server
+  args at startup, so the log file is scrubbed when the server stops (by us or the watchdog).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Literal
+
+import httpx
+import psutil
+
+from pytest_llmperf.config import ServerConfig
+from pytest_llmperf.gpus import visible_devices_value
+from pytest_llmperf.hardware import safe_key
+from pytest_llmperf.ports import free_port, port_is_free
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "AttachError",
+    "LaunchError",
+    "Mode",
+    "ServerHandle",
+    "ServerStartError",
+    "attach",
+    "install_cleanup_signal_handlers",
+    "launch",
+    "live_servers",
+    "sglang_available",
+    "terminate_all",
+]
+
+Mode = Literal["launched", "attached", "simulated"]
+
+DEFAULT_GRACE_S = 15.0
+POLL_INTERVAL_S = 0.3
+PORT_ATTEMPTS = 3
+TAIL_LINES_IN_ERRORS = 30
+_KILL_WAIT_S = 5.0
+_REDACTED = "***"
+_PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
+_OWNED_FLAGS = ("--host", "--port", "--model-path", "--model", "--api-key")
+
+
+class LaunchError(RuntimeError):
+    """The server could not be launched (bad request, SGLang missing, no free port)."""
+
+
+class ServerStartError(LaunchError):
+    """The server process started but exited or did not become healthy in time."""
+
+    def __init__(
+        self, message: str, *, exit_code: int | None, log_path: Path | None, log_tail: str
+    ) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.log_path = log_path
+        self.log_tail = log_tail
+
+
+class AttachError(LaunchError):
+    """An existing server (by URL) did not answer ``/health_generate`` with 200 in time."""
+
+
+def sglang_available() -> bool:
+    """Whether ``python -m sglang.launch_server`` can run in this interpreter."""
+    return importlib.util.find_spec("sglang") is not None
+
+
+def _redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, _REDACTED) if secret else text
+
+
+def _signal_name(code: int) -> str:
+    with contextlib.suppress(ValueError):
+        return signal.Signals(-code).name
+    return f"signal {-code}"
+
+
+def _read_tail(path: Path | None, n: int, secret: str | None) -> str:
+    if path is None or n <= 0:
+        return ""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - (n * 300 + 8192)))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return _redact("\n".join(lines[-n:]), secret)
+
+
+def _scrub_file(path: Path, secret: str) -> None:
+    """Replace ``secret`` in a (stopped) server's log, atomically."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    needle = secret.encode()
+    if needle not in data:
+        return
+    tmp = path.with_name(path.name + ".scrub")
+    try:
+        tmp.write_bytes(data.replace(needle, _REDACTED.encode()))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes in process group ``pgid``."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
+    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left (group and
+    escaped descendants); returns the leader's exit code (None if it could not be reaped)."""
+    pgid = proc.pid  # start_new_session makes the leader's pid the group id
+    tracked = {p.pid: p for p in _descendants(proc.pid)}
+    _killpg(pgid, signal.SIGTERM)
+    for p in tracked.values():  # descendants that left the group (setsid) get it too
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) != pgid:
+                p.terminate()
+    deadline = time.monotonic() + max(grace_s, 0.0)
+    while True:
+        proc.poll()
+        left = _alive(list(tracked.values())) + [
+            p for p in _group_members(pgid) if p.pid not in tracked
+        ]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if left:
+        _killpg(pgid, signal.SIGKILL)
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(left, timeout=_KILL_WAIT_S)
+    try:
+        return proc.wait(timeout=_KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+# --------------------------------------------------------------------------- watchdog
+
+
+def _watchdog_main() -> None:
+    """Entry of the watchdog process: stop registered groups when the launching process dies.
+
+    argv: ``<parent pid>``; stdin: JSON lines ``{"op": "add"|"remove"|"quit", ...}``.
+    """
+    parent = int(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    groups: dict[int, dict[str, Any]] = {}
+    buf = b""
+    fd = sys.stdin.fileno()
+    while os.getppid() == parent:  # bounded by the parent's life: re-parenting ends it
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break  # EOF: the launching process closed the pipe or died
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("op") == "add":
+                groups[int(msg["pgid"])] = msg
+            elif msg.get("op") == "remove":
+                groups.pop(int(msg["pgid"]), None)
+            elif msg.get("op") == "quit":
+                return
+    if not groups:
+        return
+    for pgid in groups:
+        _killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + max(
+        float(m.get("grace", DEFAULT_GRACE_S)) for m in groups.values()
+    )
+    while time.monotonic() < deadline and any(_group_members(g) for g in groups):
+        time.sleep(0.1)
+    for pgid in groups:
+        _killpg(pgid, signal.SIGKILL)
+        for p in _group_members(pgid):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    time.sleep(0.2)  # let the kernel finish the kills before rewriting logs
+    for msg in groups.values():
+        if msg.get("secret") and msg.get("log"):
+            _scrub_file(Path(msg["log"]), msg["secret"])
+
+
+class _Watchdog:
+    """The per-process watchdog: started lazily, restarted after fork or if it died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._wfd: int | None = None
+        self._owner = 0
+
+    def _ensure(self) -> None:
+        if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
+            return
+        if self._wfd is not None and self._owner == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(self._wfd)
+        rfd, wfd = os.pipe()  # both ends non-inheritable (PEP 446); stdin= dups rfd
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from pytest_llmperf.launcher import _watchdog_main; _watchdog_main()",
+                    str(os.getpid()),
+                ],
+                stdin=rfd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            os.close(wfd)
+            self._proc = None
+            self._wfd = None
+            return
+        finally:
+            os.close(rfd)
+        self._wfd = wfd
+        self._owner = os.getpid()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = (json.dumps(msg) + "\n").encode()
+        with self._lock:
+            for _ in range(2):  # one restart if the watchdog died
+                self._ensure()
+                if self._wfd is None:
+                    return
+                try:
+                    os.write(self._wfd, data)
+                    return
+                except OSError:
+                    self._proc = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+
+_WATCHDOG = _Watchdog()
+
+
+# --------------------------------------------------------------------------- registry
+
+_LIVE: dict[int, ServerHandle] = {}
+_LIVE_LOCK = threading.RLock()  # re-entrant: terminate_all may run in a signal handler
+
+
+def live_servers() -> list[ServerHandle]:
+    """Servers launched by this process and not yet stopped."""
+    with _LIVE_LOCK:
+        return list(_LIVE.values())
+
+
+def terminate_all(grace_s: float | None = None) -> int:
+    """Stop every server this process launched; returns how many were stopped.
+
+    Safe to call from ``atexit`` and from signal handlers, and more than once.
+    """
+    handles = live_servers()
+    for handle in handles:
+        with contextlib.suppress(Exception):
+            handle.close(grace_s=grace_s)
+    return len(handles)
+
+
+atexit.register(terminate_all)
+
+
+def install_cleanup_signal_handlers(
+    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP),
+) -> None:
+    """Make ``signals`` stop all servers, then behave as before (previous handler, or die
+    by the signal). Main thread only. SIGINT needs nothing: KeyboardInterrupt unwinds
+    through fixture teardown and ``atexit``.
+    """
+    for sig in signals:
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            terminate_all()
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        signal.signal(sig, handler)
+
+
+# --------------------------------------------------------------------------- handle
+
+
+class ServerHandle:
+    """A server under test: launched (real SGLang), simulated, or attached by URL.
+
+    ``api_key`` is readable but never part of ``repr``, ``str``, ``argv``, errors or log tails.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        mode: Mode,
+        config: ServerConfig | None,
+        api_key: str | None,
+        proc: subprocess.Popen[bytes] | None = None,
+        log_path: Path | None = None,
+        argv: list[str] | None = None,
+        gpu_ids: list[int] | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+    ) -> None:
+        self.url = url
+        self.mode: Mode = mode
+        self.config = config
+        self.log_path = log_path
+        self.gpu_ids = gpu_ids
+        self.grace_s = grace_s
+        self._api_key = api_key
+        self._proc = proc
+        self._argv = argv or []
+        self._lock = threading.RLock()
+        self._closed = False
+        self.exit_code: int | None = None
+
+    @property
+    def api_key(self) -> str | None:
+        return self._api_key
+
+    @property
+    def pid(self) -> int | None:
+        """The server process (group leader) pid; None when attached."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def argv(self) -> list[str]:
+        """The server command line, with the API key redacted."""
+        return [_redact(a, self._api_key) for a in self._argv]
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization`` header for requests to this server (empty without a key)."""
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def poll(self) -> int | None:
+        """The server's exit code if it has exited (None while running, or when attached)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def log_tail(self, n: int = 40) -> str:
+        """The last ``n`` lines of the server log (API key redacted); "" when attached."""
+        return _read_tail(self.log_path, n, self._api_key)
+
+    def close(self, grace_s: float | None = None) -> int | None:
+        """Stop the server and its process group (no-op when attached or already closed).
+
+        Returns the server's exit code (negative: killed by that signal).
+        """
+        with self._lock:
+            if self._closed:
+                return self.exit_code
+            self._closed = True
+            proc = self._proc
+            try:
+                if proc is not None:
+                    grace = self.grace_s if grace_s is None else grace_s
+                    self.exit_code = _stop_group(proc, grace)
+                    _WATCHDOG.send({"op": "remove", "pgid": proc.pid})
+                    if self._api_key and self.log_path is not None:
+                        _scrub_file(self.log_path, self._api_key)
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.pop(id(self), None)
+            return self.exit_code
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = self.config.name if self.config is not None else None
+        auth = ", api_key=set" if self._api_key else ""
+        return (
+            f"ServerHandle(name={name!r}, mode={self.mode!r}, url={self.url!r}, pid={self.pid}"
+            f"{auth}, log_path={str(self.log_path) if self.log_path else None!r})"
+        )
+
+    __str__ = __repr__
+
+
+# --------------------------------------------------------------------------- launch / attach
+
+
+def _log_file(log_dir: Path, name: str) -> Path:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")[:-3]
+    base = f"{safe_key(name)}-{stamp}-{os.getpid()}"
+    for i in range(100):
+        path = log_dir / (f"{base}.log" if i == 0 else f"{base}-{i}.log")
+        try:
+            path.open("xb").close()
+            return path
+        except FileExistsError:
+            continue
+    raise LaunchError(f"cannot create a log file for {name!r} in {log_dir}")
+
+
+def _check_args(config: ServerConfig) -> None:
+    for arg in config.args:
+        flag = arg.split("=", 1)[0]
+        if flag in _OWNED_FLAGS:
+            raise LaunchError(
+                f"server config {config.name!r}: args must not contain {flag} "
+                "(the launcher sets --model-path from 'model', --host/--port itself, "
+                "and --api-key from api_key)"
+            )
+
+
+def _http_client(url: str, api_key: str | None) -> httpx.Client:
+    host = httpx.URL(url).host
+    loopback = host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+    # Proxy variables must not capture loopback health checks.
+    return httpx.Client(
+        trust_env=not loopback,
+        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+    )
+
+
+def _poll_health(
+    client: httpx.Client, url: str, deadline: float, proc: subprocess.Popen[bytes] | None
+) -> tuple[bool, str]:
+    """Poll ``/health_generate`` until 200, the process exits, or the deadline.
+
+    Returns (healthy, last observation) — the observation is for error messages.
+    """
+    last = "no answer yet"
+    max_rounds = int((deadline - time.monotonic()) / 0.05) + 2  # a hard bound on the loop
+    for _ in range(max_rounds):
+        if proc is not None and proc.poll() is not None:
+            return False, last
+        now = time.monotonic()
+        if now >= deadline:
+            return False, last
+        try:
+            resp = client.get(f"{url}/health_generate", timeout=max(0.05, min(2.0, deadline - now)))
+            if resp.status_code == 200:
+                if proc is None or proc.poll() is None:
+                    return True, "HTTP 200"
+                return False, last
+            last = f"HTTP {resp.status_code}"
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        pause = min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic()))
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=pause)  # returns at once if the server exits meanwhile
+        else:
+            time.sleep(pause)
+    return False, last
+
+
+def launch(
+    config: ServerConfig,
+    *,
+    log_dir: Path,
+    simulate: bool | None = None,
+    require_real: bool = False,
+    gpu_ids: list[int] | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    health_timeout_s: float | None = None,
+    api_key: str | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    port_range: tuple[int, int] | None = None,
+) -> ServerHandle:
+    """Start ``config``'s server and return when ``/health_generate`` answers 200.
+
+    ``simulate=None`` simulates exactly when SGLang is not importable; ``require_real`` turns
+    that fallback into a ``LaunchError``. ``gpu_ids`` are logical ids among the GPUs visible to
+    this process (mapped through an inherited ``CUDA_VISIBLE_DEVICES``). Without ``port`` a free
+    one is picked (from ``port_range`` if given) and, if another process takes it first, the
+    launch is retried on another port (up to 3 tries). Raises ``ServerStartError`` with the exit
+    code, log path and log tail when the server exits or stays unhealthy past the timeout.
+    """
+    have_sglang = sglang_available()
+    if require_real and simulate:
+        raise LaunchError("simulate=True and require_real=True contradict each other")
+    if simulate is None:
+        simulate = not have_sglang
+    if require_real and not have_sglang:
+        raise LaunchError(
+            f"server config {config.name!r}: SGLang is not installed in {sys.executable} "
+            "(cannot import 'sglang'), and the simulated server was refused (require_real). "
+            "Install SGLang, or allow the simulation."
+        )
+    _check_args(config)
+    mode: Mode = "simulated" if simulate else "launched"
+    module = "pytest_llmperf.sim" if simulate else "sglang.launch_server"
+    timeout = config.launch_timeout_s if health_timeout_s is None else health_timeout_s
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **config.env}
+    if gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices_value(
+            gpu_ids, env.get("CUDA_VISIBLE_DEVICES")
+        )
+    if port is not None and not port_is_free(host, port):
+        raise LaunchError(f"server config {config.name!r}: port {port} on {host} is in use")
+
+    log_path = _log_file(Path(log_dir), config.name)
+    start = time.monotonic()
+    deadline = start + timeout
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            chosen = port if port is not None else free_port(host, port_range)
+        except OSError as exc:
+            raise LaunchError(f"server config {config.name!r}: {exc}") from None
+        argv = [sys.executable, "-m", module, "--model-path", config.model, *config.args]
+        argv += ["--host", host, "--port", str(chosen)]
+        if simulate and config.sim_profile:
+            argv += ["--sim-profile", config.sim_profile]
+        if api_key:
+            argv += ["--api-key", api_key]
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{chosen}"
+        handle = ServerHandle(
+            url=url,
+            mode=mode,
+            config=config,
+            api_key=api_key,
+            log_path=log_path,
+            argv=argv,
+            gpu_ids=gpu_ids,
+            grace_s=grace_s,
+        )
+        with log_path.open("ab") as log:
+            cvd = env.get("CUDA_VISIBLE_DEVICES")
+            log.write(
+                f"# llmperf: {mode} {config.name!r} attempt {attempt} at {url}"
+                f"{f' CUDA_VISIBLE_DEVICES={cvd}' if cvd is not None else ''}:"
+                f" {' '.join(handle.argv)}\n".encode()
+            )
+            log.flush()
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise LaunchError(
+                    f"server config {config.name!r}: cannot start {argv[0]}: {exc}"
+                ) from None
+        handle._proc = proc
+        with _LIVE_LOCK:
+            _LIVE[id(handle)] = handle
+        _WATCHDOG.send(
+            {
+                "op": "add",
+                "pgid": proc.pid,
+                "grace": grace_s,
+                "log": str(log_path),
+                "secret": api_key or "",
+            }
+        )
+        try:
+            with _http_client(url, api_key) as client:
+                healthy, last = _poll_health(client, url, deadline, proc)
+        except BaseException:
+            handle.close(grace_s=min(grace_s, 2.0))  # Ctrl-C during startup: stop it now
+            raise
+        if healthy:
+            return handle
+
+        rc = proc.poll()
+        elapsed = time.monotonic() - start
+        tail = handle.log_tail(TAIL_LINES_IN_ERRORS)
+        port_taken = any(m in tail.lower() for m in _PORT_TAKEN_MARKERS)
+        handle.close(grace_s=grace_s)
+        if rc is not None and rc != 0 and port_taken and port is None and attempt < PORT_ATTEMPTS:
+            with log_path.open("ab") as log:
+                log.write(f"# llmperf: port {chosen} was taken; retrying\n".encode())
+            continue
+        if rc is None:
+            what = f"did not become healthy within {timeout:g} s (last /health_generate: {last})"
+        elif rc < 0:
+            what = f"was killed by {_signal_name(rc)} after {elapsed:.1f} s"
+        else:
+            what = f"exited with code {rc} after {elapsed:.1f} s"
+        if port_taken:
+            what += f"; port {chosen} was already in use"
+        message = _redact(
+            f"{mode} server {config.name!r} ({url}) {what}.\n"
+            f"  log: {log_path}\n"
+            f"  last {TAIL_LINES_IN_ERRORS} log lines:\n"
+            + "\n".join(f"    {line}" for line in tail.splitlines()),
+            api_key,
+        )
+        raise ServerStartError(
+            message,
+            exit_code=rc if rc is not None else handle.exit_code,
+            log_path=log_path,
+            log_tail=tail,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def attach(
+    url: str,
+    api_key: str | None = None,
+    timeout_s: float = 30.0,
+    *,
+    config: ServerConfig | None = None,
+) -> ServerHandle:
+    """A handle on an already-running server, once its ``/health_generate`` answers 200.
+
+    No process is owned: ``close()`` does nothing to the server.
+    """
+    url = url.rstrip("/")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise AttachError(f"invalid server URL {url!r}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise AttachError(f"invalid server URL {url!r}: expected http(s)://host:port")
+    deadline = time.monotonic() + timeout_s
+    with _http_client(url, api_key) as client:
+        healthy, last = _poll_health(client, url, deadline, None)
+    if not healthy:
+        raise AttachError(
+            f"server at {url} did not answer GET /health_generate with 200 within"
+            f" {timeout_s:g} s (last: {last}); is it running and reachable?"
+        )
+    return ServerHandle(url=url, mode="attached", config=config, api_key=api_key)
