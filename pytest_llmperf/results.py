@@ -122,6 +122,8 @@ class LevelResult(_Model):
     goodput: float | None = None
     server_max_running_requests: int | None = None
     queueing: bool = False
+    # Open-loop (request_rate) levels only: how late requests left against their schedule.
+    schedule_lag_p99_ms: float | None = None
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # distinct messages, capped
     client: ClientHealth | None = None

@@ -1,0 +1,132 @@
+"""Pure functions: per-request records -> one level's metrics, with bench_serving's definitions.
+
+Definitions (``metric_defs.py`` holds the user-facing wording):
+- throughputs divide sums over *successful* requests by the level duration (first send to
+  last completion); failed requests contribute no tokens;
+- TTFT, E2E and TPOT are per request, TPOT = (e2e - ttft) / (output_tokens - 1);
+- ITL is pooled over every gap of every request, a multi-token event's gap split evenly;
+- per_request_throughput = mean over requests of (output_tokens - 1) / (e2e - ttft);
+- concurrency = sum of e2e latencies / duration (achieved, not the target C).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from pytest_llmperf.records import RequestRecord
+from pytest_llmperf.results import LevelResult, RequestDetails
+
+MAX_DISTINCT_ERRORS = 10
+
+
+def summarize_ms(values_s: Sequence[float] | np.ndarray) -> dict[str, float | None]:
+    """mean/median/p90/p99 in milliseconds (numpy's linear percentiles, as bench_serving)."""
+    arr = np.asarray(values_s, dtype=float)
+    if arr.size == 0:
+        return {"mean": None, "median": None, "p90": None, "p99": None}
+    ms = arr * 1e3
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return {"mean": float(ms.mean()), "median": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def level_duration(records: Iterable[RequestRecord]) -> float:
+    """First send to last completion, over all requests (failed ones took time too)."""
+    starts, ends = [], []
+    for r in records:
+        if math.isnan(r.t_send):
+            continue
+        starts.append(r.t_send)
+        ends.append(r.t_send + (0.0 if math.isnan(r.e2e) else r.e2e))
+    return max(ends) - min(starts) if starts else 0.0
+
+
+def distinct_errors(records: Iterable[RequestRecord], cap: int = MAX_DISTINCT_ERRORS) -> list[str]:
+    """Distinct error messages with their counts, most frequent first, at most ``cap``."""
+    counts: dict[str, int] = {}
+    for r in records:
+        if r.error is not None:
+            counts[r.error] = counts.get(r.error, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = [f"{n}x {msg}" if n > 1 else msg for msg, n in ranked[:cap]]
+    if len(ranked) > cap:
+        out.append(f"... and {len(ranked) - cap} more distinct errors")
+    return out
+
+
+def compute_level(
+    records: Sequence[RequestRecord],
+    *,
+    max_concurrency: int,
+    duration: float | None = None,
+    details: bool = False,
+) -> LevelResult:
+    """Aggregate one level's records into a ``LevelResult`` (no server facts, no notes)."""
+    dur = level_duration(records) if duration is None else duration
+    ok = [r for r in records if r.ok]
+    in_tok = sum(r.prompt_tokens for r in ok)
+    out_tok = sum(r.output_tokens for r in ok)
+    per_req = [
+        (r.output_tokens - 1) / (r.e2e - r.ttft)
+        for r in ok
+        if r.output_tokens > 1 and r.e2e > r.ttft
+    ]
+    tpots = [t for r in ok if (t := r.tpot()) is not None]
+    itls: list[float] = []
+    for r in ok:
+        itls.extend(r.itls())
+    ttft = summarize_ms([r.ttft for r in ok if not math.isnan(r.ttft)])
+    itl = summarize_ms(itls)
+    tpot = summarize_ms(tpots)
+    e2e = summarize_ms([r.e2e for r in ok])
+    rate = (lambda x: x / dur) if dur > 0 else (lambda x: 0.0)
+    lags = [r.schedule_lag for r in records if r.t_scheduled is not None]
+    result = LevelResult(
+        max_concurrency=max_concurrency,
+        num_requests=len(records),
+        completed=len(ok),
+        failed=len(records) - len(ok),
+        duration=dur,
+        total_input_tokens=in_tok,
+        total_output_tokens=out_tok,
+        request_throughput=rate(len(ok)),
+        input_throughput=rate(in_tok),
+        output_throughput=rate(out_tok),
+        total_throughput=rate(in_tok + out_tok),
+        per_request_throughput=float(np.mean(per_req)) if per_req else 0.0,
+        concurrency=rate(sum(r.e2e for r in ok)),
+        mean_ttft_ms=ttft["mean"],
+        median_ttft_ms=ttft["median"],
+        p90_ttft_ms=ttft["p90"],
+        p99_ttft_ms=ttft["p99"],
+        mean_itl_ms=itl["mean"],
+        median_itl_ms=itl["median"],
+        p90_itl_ms=itl["p90"],
+        p99_itl_ms=itl["p99"],
+        mean_tpot_ms=tpot["mean"],
+        median_tpot_ms=tpot["median"],
+        p90_tpot_ms=tpot["p90"],
+        p99_tpot_ms=tpot["p99"],
+        mean_e2e_latency_ms=e2e["mean"],
+        median_e2e_latency_ms=e2e["median"],
+        p90_e2e_latency_ms=e2e["p90"],
+        p99_e2e_latency_ms=e2e["p99"],
+        errors=distinct_errors(records),
+        schedule_lag_p99_ms=summarize_ms(lags)["p99"] if lags else None,
+    )
+    if details:
+        result.details = request_details(records)
+    return result
+
+
+def request_details(records: Sequence[RequestRecord]) -> RequestDetails:
+    """Per-request columns (bench_serving's ``--output-details`` shape)."""
+    return RequestDetails(
+        input_lens=[r.prompt_tokens for r in records],
+        output_lens=[r.output_tokens if r.ok else 0 for r in records],
+        ttfts=[r.ttft if r.ok else math.nan for r in records],
+        e2e_latencies=[r.e2e for r in records],
+        errors=[r.error for r in records],
+    )

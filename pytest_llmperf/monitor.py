@@ -1,0 +1,93 @@
+"""Is the load generator itself keeping up? Event-loop lag and process CPU over a level.
+
+A client that falls behind stamps tokens late: its TTFT and ITL grow and its tok/s shrinks,
+which reads exactly like a server regression. So every level carries a ``ClientHealth`` and a
+saturated client makes the level invalid rather than slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from array import array
+
+import numpy as np
+
+from pytest_llmperf.results import ClientHealth
+
+LAG_PROBE_INTERVAL_S = 0.010  # the lag task sleeps this long and records the overshoot
+LOOP_LAG_P99_LIMIT_MS = 10.0  # above this, token timestamps are off by about as much
+CPU_PERCENT_LIMIT = 90.0  # of one core: a single-threaded event loop has no headroom left
+MIN_LAG_SAMPLES = 10  # fewer samples than this (a very short level) cannot judge p99
+
+
+def _transport_name() -> str:
+    loop = asyncio.get_running_loop()
+    kind = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+    return f"httpx+aiohttp-transport/{kind}"
+
+
+class LoopMonitor:
+    """Samples loop lag and process CPU between ``start()`` and ``stop()`` on the running loop."""
+
+    def __init__(self, interval_s: float = LAG_PROBE_INTERVAL_S) -> None:
+        self._interval = interval_s
+        self._lags_ms: array[float] = array("d")
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = 0.0
+        self._wall0 = 0.0
+
+    def start(self) -> None:
+        self._lags_ms = array("d")
+        self._cpu0 = time.process_time()
+        self._wall0 = time.perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._probe())
+
+    async def _probe(self) -> None:
+        interval = self._interval
+        lags = self._lags_ms
+        while True:  # cancelled by stop()
+            t0 = time.perf_counter()
+            await asyncio.sleep(interval)
+            lags.append(max(0.0, (time.perf_counter() - t0 - interval) * 1e3))
+
+    async def stop(self) -> ClientHealth:
+        """Stop sampling and judge the interval."""
+        wall = time.perf_counter() - self._wall0
+        cpu = time.process_time() - self._cpu0
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        return judge_health(
+            lags_ms=list(self._lags_ms),
+            cpu_percent=100.0 * cpu / wall if wall > 0 else 0.0,
+            transport=_transport_name(),
+        )
+
+
+def judge_health(lags_ms: list[float], cpu_percent: float, transport: str = "") -> ClientHealth:
+    """Pure verdict: saturated when loop lag p99 or CPU crosses its limit (named constants)."""
+    p99 = float(np.percentile(lags_ms, 99)) if lags_ms else 0.0
+    worst = max(lags_ms) if lags_ms else 0.0
+    reasons = []
+    if len(lags_ms) >= MIN_LAG_SAMPLES and p99 > LOOP_LAG_P99_LIMIT_MS:
+        reasons.append(
+            f"event-loop lag p99 {p99:.1f} ms > {LOOP_LAG_P99_LIMIT_MS:g} ms: "
+            "token timestamps are late by about as much"
+        )
+    if cpu_percent > CPU_PERCENT_LIMIT:
+        reasons.append(
+            f"client CPU {cpu_percent:.0f}% of a core > {CPU_PERCENT_LIMIT:g}%: "
+            "the load generator is the bottleneck"
+        )
+    return ClientHealth(
+        transport=transport,
+        cpu_percent=round(cpu_percent, 1),
+        loop_lag_p99_ms=round(p99, 3),
+        loop_lag_max_ms=round(worst, 3),
+        saturated=bool(reasons),
+        reason="; ".join(reasons) or None,
+    )

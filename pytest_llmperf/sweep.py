@@ -1,0 +1,467 @@
+"""Sweeps over concurrency levels: closed loop (exactly C in flight) or open-loop Poisson.
+
+Per level: ``/flush_cache`` while idle (so the radix cache holds nothing and the speculative
+counters restart) -> run the level -> ``/server_info`` (the level's accept length). One short
+warm-up request goes first. Every wait is bounded: each request has a total deadline and each
+level a deadline derived from it.
+
+``run_sweep`` runs its own event loop in a dedicated thread, so it also works where a loop is
+already running (pytest-asyncio tests, notebooks); ``run_sweep_async`` is the same in the
+caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from pytest_llmperf.client import LoadGenerator
+from pytest_llmperf.metrics import compute_level
+from pytest_llmperf.monitor import LoopMonitor
+from pytest_llmperf.records import RequestRecord
+from pytest_llmperf.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.server_probe import (
+    PROBE_TIMEOUT_S,
+    MetricsSampler,
+    accept_length,
+    effective_running_cap,
+    flush_cache,
+    get_server_info,
+    server_facts,
+)
+from pytest_llmperf.workload import WARMUP_INDEX, build_prompts, poisson_offsets, warmup_prompt
+
+WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
+PROGRESS_INTERVAL_S = 0.25
+ServerMode = Literal["launched", "attached", "simulated"]
+T = TypeVar("T")
+
+
+class SweepError(RuntimeError):
+    """The sweep could not measure anything meaningful (server unreachable, warm-up failed)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress report: which level, how far, and output tok/s so far."""
+
+    concurrency: int
+    done: int
+    total: int
+    failed: int
+    output_tokens: int
+    elapsed_s: float
+    phase: Literal["warmup", "level", "level-done"] = "level"
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def validate_levels(levels: Sequence[int]) -> list[int]:
+    """Concurrency levels as a list; raises ValueError saying what is wrong."""
+    out = list(levels)
+    if not out:
+        raise ValueError("no concurrency levels given; pass at least one, e.g. 1,4,16")
+    for c in out:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise ValueError(f"concurrency levels must be integers >= 1, got {c!r}")
+    return out
+
+
+def level_deadline_s(workload: Workload, concurrency: int) -> float:
+    """Upper bound on one level: every worker's requests at their full deadline, plus probes."""
+    n = workload.num_requests(concurrency)
+    waves = math.ceil(n / concurrency) if workload.request_rate is None else n
+    return (waves + 1) * workload.request_timeout_s + 4 * PROBE_TIMEOUT_S
+
+
+def sweep_deadline_s(workload: Workload, levels: Sequence[int]) -> float:
+    return sum(level_deadline_s(workload, c) for c in levels) + workload.request_timeout_s + 60.0
+
+
+class _Tracker:
+    """Counts completions and calls the progress callback, throttled to keep it off the hot path."""
+
+    def __init__(self, concurrency: int, total: int, cb: ProgressCallback | None) -> None:
+        self.c, self.total, self.cb = concurrency, total, cb
+        self.done = self.failed = self.tokens = 0
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+
+    def add(self, rec: RequestRecord) -> None:
+        self.done += 1
+        if rec.ok:
+            self.tokens += rec.output_tokens
+        else:
+            self.failed += 1
+        now = time.perf_counter()
+        if self.cb is not None and (now - self._last >= PROGRESS_INTERVAL_S):
+            self._last = now
+            self.report("level")
+
+    def report(self, phase: Literal["warmup", "level", "level-done"]) -> None:
+        if self.cb is not None:
+            self.cb(
+                Progress(
+                    self.c,
+                    self.done,
+                    self.total,
+                    self.failed,
+                    self.tokens,
+                    time.perf_counter() - self.t0,
+                    phase,
+                )
+            )
+
+
+async def _closed_loop(
+    gen: LoadGenerator,
+    concurrency: int,
+    prompts: Sequence[Sequence[int] | str],
+    bodies: Sequence[bytes],
+    output_len: int,
+    tracker: _Tracker,
+) -> list[RequestRecord | None]:
+    """C workers pull from one request list, so exactly C requests are in flight until the
+    list runs dry (the seed scripts' and bench_serving's --max-concurrency behaviour)."""
+    n = len(bodies)
+    records: list[RequestRecord | None] = [None] * n
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < n:  # bounded: each pass consumes one index
+            i = next_index
+            next_index += 1
+            rec = await gen.request(i, prompts[i], output_len, body=bodies[i])
+            records[i] = rec
+            tracker.add(rec)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, n))))
+    return records
+
+
+async def _open_loop(
+    gen: LoadGenerator,
+    concurrency: int,
+    prompts: Sequence[Sequence[int] | str],
+    bodies: Sequence[bytes],
+    output_len: int,
+    tracker: _Tracker,
+    rate: float,
+    seed: int,
+) -> list[RequestRecord | None]:
+    """Poisson arrivals (seeded), at most C in flight; each record keeps its scheduled time so
+    lateness (the client or the cap holding requests back) is reported, not hidden."""
+    n = len(bodies)
+    records: list[RequestRecord | None] = [None] * n
+    sem = asyncio.Semaphore(concurrency)
+    offsets = poisson_offsets(rate, n, seed)
+
+    async def one(i: int, due: float) -> None:
+        async with sem:
+            rec = await gen.request(i, prompts[i], output_len, body=bodies[i], t_scheduled=due)
+        records[i] = rec
+        tracker.add(rec)
+
+    t0 = time.perf_counter()
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for i, off in enumerate(offsets):
+            delay = t0 + off - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, t0 + off)))
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+    return records
+
+
+async def _measure_level(
+    gen: LoadGenerator,
+    concurrency: int,
+    workload: Workload,
+    prompts: Sequence[Sequence[int] | str],
+    cap: int | None,
+    *,
+    progress: ProgressCallback | None,
+    details: bool,
+    scrape_metrics: bool,
+) -> LevelResult:
+    n = workload.num_requests(concurrency)
+    notes: list[str] = []
+    flushed, why = await flush_cache(gen.http)
+    if not flushed and why:
+        notes.append(why + "; radix cache may hold earlier levels' prompts")
+    bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
+    tracker = _Tracker(concurrency, n, progress)
+    sampler = MetricsSampler(gen.http) if scrape_metrics else None
+    monitor = LoopMonitor()
+    gc.collect()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a full collection mid-level shows up as a token-timestamp stall
+    if sampler is not None:
+        sampler.start()
+    monitor.start()
+    tracker.t0 = time.perf_counter()
+    try:
+        async with asyncio.timeout(level_deadline_s(workload, concurrency)):
+            if workload.request_rate is None:
+                records = await _closed_loop(
+                    gen, concurrency, prompts, bodies, workload.output_len, tracker
+                )
+            else:
+                records = await _open_loop(
+                    gen,
+                    concurrency,
+                    prompts,
+                    bodies,
+                    workload.output_len,
+                    tracker,
+                    workload.request_rate,
+                    workload.seed,
+                )
+    finally:
+        health = await monitor.stop()
+        server_metrics = await sampler.stop() if sampler is not None else None
+        if gc_was_enabled:
+            gc.enable()
+    tracker.report("level-done")
+    final = [
+        r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
+        for i, r in enumerate(records)
+    ]
+    result = compute_level(final, max_concurrency=concurrency, details=details)
+    info = await get_server_info(gen.http)
+    if info is not None:
+        cap = effective_running_cap(info) or cap
+        result.accept_length = accept_length(info) if flushed else None
+    if result.accept_length is None:
+        per_req = [r.spec_accept_length for r in final if r.ok and r.spec_accept_length]
+        if per_req:
+            result.accept_length = sum(per_req) / len(per_req)
+            notes.append("accept length from per-request meta_info")
+    result.server_max_running_requests = cap
+    if cap is not None and concurrency > cap:
+        result.queueing = True
+        notes.append(f"C={concurrency} > max running requests {cap}: queueing")
+    if workload.request_rate is not None:
+        notes.append(f"open loop: Poisson {workload.request_rate:g} req/s, at most C in flight")
+    if health.saturated:
+        notes.append(f"client saturated: {health.reason}")
+    if sampler is not None and sampler.error:
+        notes.append(sampler.error)
+    result.client = health
+    result.server_metrics = server_metrics
+    result.notes = notes
+    return result
+
+
+async def _warm_up(gen: LoadGenerator, workload: Workload, progress: ProgressCallback | None):
+    tracker = _Tracker(0, 1, progress)
+    rec = await gen.request(
+        WARMUP_INDEX, warmup_prompt(workload), min(WARMUP_OUTPUT_LEN, workload.output_len)
+    )
+    tracker.add(rec)
+    tracker.report("warmup")
+    if not rec.ok:
+        raise SweepError(f"warm-up request to {gen.base_url} failed: {rec.error}")
+
+
+async def run_sweep_async(
+    url: str,
+    levels: Sequence[int],
+    workload: Workload | None = None,
+    *,
+    api_key: str | None = None,
+    config_name: str = "default",
+    progress: ProgressCallback | None = None,
+    details: bool = False,
+    scrape_metrics: bool = False,
+    server_mode: ServerMode = "attached",
+) -> SweepResult:
+    """Sweep ``levels`` against the server at ``url`` in the running event loop."""
+    levels = validate_levels(levels)
+    workload = workload or Workload()
+    async with LoadGenerator(
+        url,
+        workload.backend,
+        api_key=api_key,
+        request_timeout_s=workload.request_timeout_s,
+        temperature=workload.temperature,
+    ) as gen:
+        info = await get_server_info(gen.http)
+        facts = server_facts(info, url=gen.base_url, mode=server_mode)
+        await _warm_up(gen, workload, progress)
+        prompts = build_prompts(workload, max(workload.num_requests(c) for c in levels))
+        result = SweepResult(config=config_name, server=facts, workload=workload)
+        for c in levels:
+            result.levels.append(
+                await _measure_level(
+                    gen,
+                    c,
+                    workload,
+                    prompts,
+                    facts.max_running_requests,
+                    progress=progress,
+                    details=details,
+                    scrape_metrics=scrape_metrics,
+                )
+            )
+    return result
+
+
+async def run_level_async(
+    url: str,
+    concurrency: int,
+    workload: Workload | None = None,
+    *,
+    api_key: str | None = None,
+    progress: ProgressCallback | None = None,
+    details: bool = False,
+    scrape_metrics: bool = False,
+    warmup: bool = True,
+) -> LevelResult:
+    """One level (flush -> run -> server_info), with its own client, in the running loop."""
+    validate_levels([concurrency])
+    workload = workload or Workload()
+    async with LoadGenerator(
+        url,
+        workload.backend,
+        api_key=api_key,
+        request_timeout_s=workload.request_timeout_s,
+        temperature=workload.temperature,
+    ) as gen:
+        info = await get_server_info(gen.http)
+        if warmup:
+            await _warm_up(gen, workload, progress)
+        prompts = build_prompts(workload, workload.num_requests(concurrency))
+        return await _measure_level(
+            gen,
+            concurrency,
+            workload,
+            prompts,
+            effective_running_cap(info or {}),
+            progress=progress,
+            details=details,
+            scrape_metrics=scrape_metrics,
+        )
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # optional: halves the client's CPU per event where available
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+    """Run a coroutine in a fresh event loop (uvloop if installed) on a dedicated thread.
+
+    Works whether or not the caller already has a running loop. Waits at most ``timeout_s``.
+    """
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            with asyncio.Runner(loop_factory=_new_loop) as runner:
+                box["result"] = runner.run(factory())  # type: ignore[arg-type]
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    th = threading.Thread(target=target, name="llmperf-loadgen", daemon=True)
+    th.start()
+    deadline = time.monotonic() + timeout_s
+    while th.is_alive() and time.monotonic() < deadline:
+        th.join(timeout=0.5)  # short joins keep Ctrl-C responsive in the caller's thread
+    if th.is_alive():
+        raise TimeoutError(f"load generator did not finish within {timeout_s:.0f}s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["result"]  # type: ignore[return-value]
+
+
+def run_sweep(
+    url: str,
+    levels: Sequence[int],
+    workload: Workload | None = None,
+    *,
+    api_key: str | None = None,
+    config_name: str = "default",
+    progress: ProgressCallback | None = None,
+    details: bool = False,
+    scrape_metrics: bool = False,
+    server_mode: ServerMode = "attached",
+) -> SweepResult:
+    """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
+    levels = validate_levels(levels)
+    workload = workload or Workload()
+    return run_in_own_loop(
+        lambda: run_sweep_async(
+            url,
+            levels,
+            workload,
+            api_key=api_key,
+            config_name=config_name,
+            progress=progress,
+            details=details,
+            scrape_metrics=scrape_metrics,
+            server_mode=server_mode,
+        ),
+        timeout_s=sweep_deadline_s(workload, levels),
+    )
+
+
+def run_level(
+    url: str,
+    concurrency: int,
+    workload: Workload | None = None,
+    *,
+    api_key: str | None = None,
+    progress: ProgressCallback | None = None,
+    details: bool = False,
+    scrape_metrics: bool = False,
+    warmup: bool = True,
+) -> LevelResult:
+    """Blocking ``run_level_async`` in its own loop and thread."""
+    validate_levels([concurrency])
+    workload = workload or Workload()
+    return run_in_own_loop(
+        lambda: run_level_async(
+            url,
+            concurrency,
+            workload,
+            api_key=api_key,
+            progress=progress,
+            details=details,
+            scrape_metrics=scrape_metrics,
+            warmup=warmup,
+        ),
+        timeout_s=sweep_deadline_s(workload, [concurrency]),
+    )
+
+
+__all__ = [
+    "Progress",
+    "ProgressCallback",
+    "ServerFacts",
+    "SweepError",
+    "run_level",
+    "run_level_async",
+    "run_sweep",
+    "run_sweep_async",
+    "validate_levels",
+]

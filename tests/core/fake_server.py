@@ -1,0 +1,300 @@
+"""A tiny SGLang-shaped SSE server for client tests: real sockets, real pacing, and the stream
+shapes that break naive clients (multi-token events, errors inside a 200 stream, cut streams,
+U+2028 inside JSON, CRLF framing, bytes split at awkward places)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+Scenario = (
+    str  # "ok" | "error_in_stream" | "cut" | "clean_cut" | "http_500" | "no_finish" | "abort"
+)
+
+
+@dataclass
+class FakeConfig:
+    step_s: float = 0.001  # pacing between events
+    tokens_per_event: tuple[int, ...] = (1,)  # cycled: (1, 3) alternates 1- and 3-token events
+    scenario: Scenario = "ok"
+    fail_every: int = 0  # apply the scenario to every n-th request only (0: all)
+    crlf: bool = False
+    split_writes: bool = False  # write each event in 3-byte pieces
+    text_piece: str = "a\u2028b "  # U+2028 stays raw in orjson output
+    cap: int | None = 48
+    dp_size: int = 1
+    accept_length: float | None = None
+    flush_status: int = 200
+    legacy_info_only: bool = False  # only /get_server_info exists
+    continuous_usage: bool = True
+    metrics: bool = True
+    api_key: str | None = None
+
+
+@dataclass
+class FakeState:
+    requests: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    flushes: int = 0
+    running: int = 0
+    max_running: int = 0
+    auth_headers: list[str | None] = field(default_factory=list)
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.config = FakeConfig()
+        self.state = FakeState()
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fake-sglang")
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake server did not start within 10 s")
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def reset(self) -> None:
+        self.config = FakeConfig()
+        self.state = FakeState()
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_route("POST", "/generate", self.generate)
+        app.router.add_route("POST", "/v1/completions", self.openai)
+        app.router.add_route("POST", "/v1/chat/completions", self.openai)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/server_info", self.server_info)
+        app.router.add_get("/get_server_info", self.server_info)
+        app.router.add_route("*", "/flush_cache", self.flush)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/health_generate", self.health)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _unauthorized(self, request: web.Request) -> web.Response | None:
+        self.state.auth_headers.append(request.headers.get("Authorization"))
+        if self.config.api_key and (
+            request.headers.get("Authorization") != f"Bearer {self.config.api_key}"
+        ):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return None
+
+    def _faulty(self) -> bool:
+        cfg = self.config
+        if cfg.scenario == "ok":
+            return False
+        return cfg.fail_every == 0 or self.state.requests % cfg.fail_every == 0
+
+    async def _send(self, resp: web.StreamResponse, payload: bytes) -> None:
+        frame = b"data: " + payload + b"\n\n"
+        if self.config.crlf:
+            frame = frame.replace(b"\n", b"\r\n")
+        if self.config.split_writes:
+            for i in range(0, len(frame), 3):
+                await resp.write(frame[i : i + 3])
+        else:
+            await resp.write(frame)
+
+    def _chunks(self, n: int) -> Iterator[int]:
+        pattern = self.config.tokens_per_event
+        produced, i = 0, 0
+        while produced < n:
+            k = min(pattern[i % len(pattern)], n - produced)
+            produced += k
+            i += 1
+            yield k
+
+    async def _open_stream(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        return resp
+
+    # --- endpoints -------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self._unauthorized(request)) is not None:
+            return denied
+        body = orjson.loads(await request.read())
+        self.state.requests += 1
+        self.state.bodies.append(body)
+        faulty = self._faulty()
+        scenario = self.config.scenario if faulty else "ok"
+        if scenario == "http_500":
+            return web.json_response({"error": {"message": "boom"}}, status=500)
+        n = int(body["sampling_params"]["max_new_tokens"])
+        prompt_len = len(body.get("input_ids") or [])
+        self.state.running += 1
+        self.state.max_running = max(self.state.max_running, self.state.running)
+        try:
+            resp = await self._open_stream(request)
+            text, ct = "", 0
+            for k in self._chunks(n):
+                await asyncio.sleep(self.config.step_s)
+                ct += k
+                text += self.config.text_piece * k
+                if scenario in ("cut", "clean_cut") and ct > n // 2:
+                    if scenario == "cut":
+                        assert request.transport is not None
+                        request.transport.close()  # no terminating chunk: a broken stream
+                        return resp
+                    await resp.write_eof()  # a clean end without [DONE]
+                    return resp
+                if scenario == "error_in_stream" and ct > n // 2:
+                    await self._send(resp, orjson.dumps({"error": {"message": "KV cache OOM"}}))
+                    break
+                last = ct == n
+                finish: Any = None
+                if last and scenario != "no_finish":
+                    finish = {"type": "length", "length": n}
+                    if scenario == "abort":
+                        finish = {"type": "abort", "message": "aborted by test"}
+                meta: dict[str, Any] = {
+                    "id": "r",
+                    "finish_reason": finish,
+                    "prompt_tokens": prompt_len,
+                    "completion_tokens": ct,
+                    "cached_tokens": 0,
+                }
+                if last and self.config.accept_length is not None:
+                    meta["spec_accept_length"] = self.config.accept_length
+                out = {"text": text, "output_ids": list(range(ct)), "meta_info": meta}
+                await self._send(resp, orjson.dumps(out))
+            await self._send(resp, b"[DONE]")
+            await resp.write_eof()
+            return resp
+        finally:
+            self.state.running -= 1
+
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        if (denied := self._unauthorized(request)) is not None:
+            return denied
+        body = orjson.loads(await request.read())
+        self.state.requests += 1
+        self.state.bodies.append(body)
+        chat = request.path.endswith("/chat/completions")
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        scenario = self.config.scenario if self._faulty() else "ok"
+        prompt_len = len(body["prompt"]) if isinstance(body.get("prompt"), list) else 7
+        cont = self.config.continuous_usage and bool(
+            (body.get("stream_options") or {}).get("continuous_usage_stats")
+        )
+        resp = await self._open_stream(request)
+
+        def usage(ct: int) -> dict[str, int]:
+            return {"prompt_tokens": prompt_len, "completion_tokens": ct, "total_tokens": ct}
+
+        def chunk(delta: str | None, finish: str | None, ct: int) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["delta"] = {"content": delta} if delta is not None else {}
+            else:
+                choice["text"] = delta or ""
+            return orjson.dumps(
+                {
+                    "id": "x",
+                    "object": "chunk",
+                    "choices": [choice],
+                    "usage": usage(ct) if cont else None,
+                }
+            )
+
+        if chat:
+            await self._send(resp, orjson.dumps({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}], "usage": usage(0) if cont else None}))  # fmt: skip
+        ct = 0
+        for k in self._chunks(n):
+            await asyncio.sleep(self.config.step_s)
+            ct += k
+            if scenario == "error_in_stream" and ct > n // 2:
+                await self._send(resp, orjson.dumps({"object": "error", "message": "boom"}))
+                break
+            finish = "length" if ct == n and not chat else None
+            await self._send(resp, chunk(self.config.text_piece * k, finish, ct))
+        if chat and scenario != "error_in_stream":
+            await self._send(resp, chunk(None, "length", ct))
+        await self._send(resp, orjson.dumps({"id": "x", "choices": [], "usage": usage(ct)}))
+        await self._send(resp, b"[DONE]")
+        await resp.write_eof()
+        return resp
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake/model"}]})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        if self.config.legacy_info_only and request.path == "/server_info":
+            return web.json_response({"detail": "Not Found"}, status=404)
+        cfg = self.config
+        state: dict[str, Any] = {"effective_max_running_requests_per_dp": None}
+        if cfg.cap is not None:
+            state["effective_max_running_requests_per_dp"] = cfg.cap // cfg.dp_size
+        if cfg.accept_length is not None:
+            state["avg_spec_accept_length"] = cfg.accept_length
+        return web.json_response(
+            {
+                "model_path": "fake/model",
+                "version": "0.0-fake",
+                "dp_size": cfg.dp_size,
+                "max_running_requests": None,
+                "speculative_algorithm": "EAGLE" if cfg.accept_length else None,
+                "internal_states": [dict(state) for _ in range(cfg.dp_size)],
+            }
+        )
+
+    async def flush(self, request: web.Request) -> web.Response:
+        self.state.flushes += 1
+        return web.Response(text="Cache flushed.\n", status=self.config.flush_status)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if not self.config.metrics:
+            return web.Response(status=404)
+        lines = [
+            "# HELP sglang:num_running_reqs The number of running requests.",
+            "# TYPE sglang:num_running_reqs gauge",
+            f'sglang:num_running_reqs{{model_name="m",tp_rank="0"}} {self.state.running}',
+            "# HELP sglang:num_queue_reqs The number of queued requests.",
+            "# TYPE sglang:num_queue_reqs gauge",
+            'sglang:num_queue_reqs{model_name="m",tp_rank="0"} 0.0',
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+
+@contextlib.contextmanager
+def running_fake_server() -> Iterator[FakeServer]:
+    server = FakeServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
