@@ -1,0 +1,385 @@
+"""Per-metric verdicts of a measured point against its baseline entry.
+
+Order of business for one point: validity first (``validity.check_level``; an invalid level
+gets no metric verdicts), then each metric through ``stats.decide``, then one sentence per
+problem that a reviewer can paste into a PR, with the server's own explanation (queueing at
+its running-request cap, accept length, notes) appended as the "why".
+
+Tolerance precedence, most specific first: the test's override (marker / CLI) for that metric,
+the baseline entry's per-metric tolerance, the entry's tolerance, then the metric's default.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pytest_llmperf.baseline import BaselineEntry, BaselineStore, EntryKey, MetricSummary
+from pytest_llmperf.metric_defs import METRICS, metric
+from pytest_llmperf.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.stats import Decision, NoiseRule, decide
+from pytest_llmperf.validity import ValidityPolicy, check_level
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "MetricComparison",
+    "PointComparison",
+    "ToleranceError",
+    "Verdict",
+    "compare_metric",
+    "compare_point",
+    "compare_sweep",
+    "default_tolerance",
+    "exit_status",
+    "explain",
+    "fmt_num",
+    "resolve_tolerance",
+    "validate_tolerance",
+    "worst",
+]
+
+# Gated by default when present in the baseline entry; others are compared if recorded.
+DEFAULT_METRICS: tuple[str, ...] = (
+    "output_throughput",
+    "per_request_throughput",
+    "median_ttft_ms",
+    "median_itl_ms",
+    "accept_length",
+)
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    INVALID = "invalid"
+    MISSING = "missing"  # no baseline entry (fails like a missing syrupy snapshot)
+
+
+_SEVERITY = {
+    Verdict.PASS: 0,
+    Verdict.INCONCLUSIVE: 1,
+    Verdict.MISSING: 2,
+    Verdict.FAIL: 3,
+    Verdict.INVALID: 4,
+}
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    return max(verdicts, key=_SEVERITY.__getitem__, default=Verdict.PASS)
+
+
+class ToleranceError(ValueError):
+    """A tolerance that is not a fraction in (0, 1); the message names where it came from."""
+
+
+def validate_tolerance(value: object, source: str = "tolerance") -> float:
+    """``0 < tol < 1`` as a float, or a ``ToleranceError`` that says what to write instead."""
+    try:
+        tol = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ToleranceError(
+            f"{source}: {value!r} is not a number; write a fraction such as 0.05"
+        ) from None
+    if not math.isfinite(tol) or not 0 < tol < 1:
+        hint = f" (did you mean {tol / 100:g} for {tol:g} %?)" if 1 <= tol < 100 else ""
+        raise ToleranceError(
+            f"{source}: tolerance must be a fraction with 0 < tol < 1, got {value!r}{hint}"
+        )
+    return tol
+
+
+def default_tolerance(name: str) -> float:
+    """5 % for throughputs and accept length, 10 % for mean/median latency, 15 % for tails."""
+    d = metric(name)
+    if d.direction == "higher":
+        return 0.05
+    if name.startswith(("p90_", "p99_")):
+        return 0.15
+    return 0.10
+
+
+def resolve_tolerance(
+    name: str,
+    *,
+    test: Mapping[str, float] | float | None = None,
+    entry: BaselineEntry | None = None,
+) -> float:
+    """Most specific wins: test override > entry metric > entry > default."""
+    if isinstance(test, Mapping):
+        if name in test:
+            return validate_tolerance(test[name], f"tolerance for {name}")
+    elif test is not None:
+        return validate_tolerance(test, f"tolerance for {name}")
+    if entry is not None:
+        summary = entry.metrics.get(name)
+        if summary is not None and summary.tolerance is not None:
+            return summary.tolerance
+        if entry.tolerance is not None:
+            return entry.tolerance
+    return default_tolerance(name)
+
+
+def fmt_num(v: float | None) -> str:
+    """Numbers as people read them in a table: 1571, 84.4, 1.92."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _tol(x: float) -> str:
+    return f"{100 * x:.3g} %"
+
+
+def explain(level: LevelResult) -> list[str]:
+    """The server-side facts that explain a number: cap/queueing, accept length, notes."""
+    why: list[str] = []
+    cap = level.server_max_running_requests
+    if cap is not None and (level.queueing or level.max_concurrency > cap):
+        why.append(f"server capped running requests at {cap} (C={level.max_concurrency} queues)")
+    elif level.queueing:
+        why.append(f"requests queued at C={level.max_concurrency}")
+    if level.accept_length is not None:
+        why.append(f"accept length {level.accept_length:.2f}")
+    why.extend(n for n in level.notes if n not in why)
+    return why
+
+
+@dataclass(frozen=True)
+class MetricComparison:
+    """One metric at one point: numbers, decision, verdict and the sentence for the PR."""
+
+    metric: str
+    unit: str
+    current: float
+    n_current: int
+    baseline: float
+    decision: Decision
+    verdict: Verdict
+    message: str
+
+    @property
+    def change(self) -> float:
+        """Signed relative change (cur - base) / base."""
+        return (self.current - self.baseline) / self.baseline if self.baseline else 0.0
+
+    @property
+    def stale(self) -> bool:
+        return self.decision.stale
+
+
+@dataclass
+class PointComparison:
+    """All metrics of one (config, workload, C) point and the point's overall verdict."""
+
+    config: str
+    concurrency: int
+    workload: str
+    verdict: Verdict
+    metrics: list[MetricComparison] = field(default_factory=list)
+    invalid_reasons: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def rerun(self) -> bool:
+        """Re-measure this point (and pass all samples to ``compare_point`` again)."""
+        return self.verdict == Verdict.INCONCLUSIVE
+
+    @property
+    def stale(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.stale]
+
+    def metric(self, name: str) -> MetricComparison | None:
+        return next((m for m in self.metrics if m.metric == name), None)
+
+    def message(self) -> str:
+        return "\n".join(self.messages)
+
+
+def compare_metric(
+    name: str,
+    current: float | Sequence[float],
+    baseline: MetricSummary,
+    tolerance: float,
+    *,
+    config: str = "",
+    concurrency: int | None = None,
+    why: Sequence[str] = (),
+    rule: NoiseRule | None = None,
+) -> MetricComparison:
+    """Judge one metric; the message is a sentence naming where, by how much and why."""
+    d = metric(name)
+    tolerance = validate_tolerance(tolerance, f"tolerance for {name}")
+    samples = [float(current)] if isinstance(current, int | float) else [float(v) for v in current]
+    dec = decide(
+        samples,
+        base_mean=baseline.mean,
+        base_std=baseline.std,
+        base_n=baseline.n,
+        base_samples=baseline.samples,
+        tolerance=tolerance,
+        direction=d.direction,
+        rule=rule,
+    )
+    cur = statistics.fmean(samples)
+    verdict = {
+        "pass": Verdict.PASS,
+        "fail": Verdict.FAIL,
+        "inconclusive": Verdict.INCONCLUSIVE,
+    }[dec.outcome]
+    where = " ".join(p for p in (config, "" if concurrency is None else f"at C={concurrency}") if p)
+    unit = f" {d.unit}" if d.unit else ""
+    of_n = f" (mean of {len(samples)})" if len(samples) > 1 else ""
+    ch = (cur - baseline.mean) / baseline.mean if baseline.mean else 0.0
+    side = "below" if ch < 0 else "above"
+    msg = (
+        f"{where + ': ' if where else ''}{name} {fmt_num(cur)}{unit}{of_n} is {_pct(abs(ch))} "
+        f"{side} baseline {fmt_num(baseline.mean)}{unit} (tolerance {_tol(tolerance)})"
+    )
+    if verdict == Verdict.INCONCLUSIVE:
+        msg += f"; {dec.advice()}"
+    elif dec.stale:
+        msg += "; better than baseline beyond noise: the baseline is stale, re-record it with "
+        msg += "--llmperf-update"
+    if why and verdict != Verdict.PASS:
+        msg += "; " + "; ".join(why)
+    return MetricComparison(
+        metric=name,
+        unit=d.unit,
+        current=cur,
+        n_current=len(samples),
+        baseline=baseline.mean,
+        decision=dec,
+        verdict=verdict,
+        message=msg,
+    )
+
+
+def compare_point(
+    config: str,
+    levels: LevelResult | Sequence[LevelResult],
+    entry: BaselineEntry | None,
+    *,
+    workload: Workload | None = None,
+    metrics: Sequence[str] | None = None,
+    tolerances: Mapping[str, float] | float | None = None,
+    rule: NoiseRule | None = None,
+    policy: ValidityPolicy | None = None,
+) -> PointComparison:
+    """Validity, then every metric of ``metrics`` (default: ``DEFAULT_METRICS`` ∩ entry).
+
+    ``levels`` may be several repeats of the same point; each must be valid to be used, and
+    the point is INVALID if none is.
+    """
+    reps = [levels] if isinstance(levels, LevelResult) else list(levels)
+    if not reps:
+        raise ValueError("compare_point() needs at least one LevelResult")
+    c = reps[0].max_concurrency
+    wl_key = workload.key() if workload is not None else ""
+    why = explain(reps[-1])
+    point = PointComparison(
+        config=config, concurrency=c, workload=wl_key, verdict=Verdict.PASS, why=why
+    )
+
+    valid: list[LevelResult] = []
+    for lv in reps:
+        reasons = check_level(lv, workload, policy)
+        if reasons:
+            point.invalid_reasons.extend(r for r in reasons if r not in point.invalid_reasons)
+        else:
+            valid.append(lv)
+    if not valid:
+        point.verdict = Verdict.INVALID
+        point.messages.append(
+            f"{config} at C={c}: invalid measurement: " + "; ".join(point.invalid_reasons)
+        )
+        return point
+    if entry is None:
+        point.verdict = Verdict.MISSING
+        point.messages.append(
+            f"{config} at C={c}: no baseline entry for workload {wl_key or '?'}; record one "
+            "with --llmperf-update"
+        )
+        return point
+
+    names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
+    for name in names:
+        if name not in METRICS:
+            metric(name)  # raises with the list of known names
+        summary = entry.metrics.get(name)
+        values = [v for v in (lv.metric_value(name) for lv in valid) if v is not None]
+        if summary is None or not values:
+            if metrics is not None and summary is None:
+                point.messages.append(
+                    f"{config} at C={c}: {name} has no baseline value; record one with "
+                    "--llmperf-update"
+                )
+                point.metrics.append(_missing_metric(name))
+            continue
+        tol = resolve_tolerance(name, test=tolerances, entry=entry)
+        mc = compare_metric(
+            name, values, summary, tol, config=config, concurrency=c, why=why, rule=rule
+        )
+        point.metrics.append(mc)
+        if mc.verdict != Verdict.PASS or mc.stale:
+            point.messages.append(mc.message)
+    point.verdict = worst(m.verdict for m in point.metrics)
+    return point
+
+
+def _missing_metric(name: str) -> MetricComparison:
+    d = METRICS[name]
+    nan = math.nan
+    dec = Decision("pass", False, nan, nan, nan, nan, "margin", 0, 0)
+    return MetricComparison(name, d.unit, nan, 0, nan, dec, Verdict.MISSING, "")
+
+
+def compare_sweep(
+    sweep: SweepResult,
+    store: BaselineStore,
+    hardware: str,
+    *,
+    metrics: Sequence[str] | None = None,
+    tolerances: Mapping[str, float] | float | None = None,
+    rule: NoiseRule | None = None,
+    policy: ValidityPolicy | None = None,
+) -> list[PointComparison]:
+    """Every level of a sweep against the store (used by ``llmperf compare`` and the plugin)."""
+    out = []
+    wl = sweep.workload.key()
+    for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
+        entry = store.get(EntryKey(hardware, sweep.config, wl, lv.max_concurrency))
+        out.append(
+            compare_point(
+                sweep.config,
+                lv,
+                entry,
+                workload=sweep.workload,
+                metrics=metrics,
+                tolerances=tolerances,
+                rule=rule,
+                policy=policy,
+            )
+        )
+    return out
+
+
+def exit_status(verdicts: Iterable[Verdict], *, fail_inconclusive: bool = False) -> int:
+    """1 when any point failed, was invalid or had no baseline; inconclusive only if asked."""
+    bad = {Verdict.FAIL, Verdict.INVALID, Verdict.MISSING}
+    if fail_inconclusive:
+        bad.add(Verdict.INCONCLUSIVE)
+    return 1 if any(v in bad for v in verdicts) else 0

@@ -1,0 +1,278 @@
+"""Cross-config gates as data: "mtp ≥ plain × 1.2 at C≤4", "mtp never below plain − 2 %".
+
+A gate compares two configs measured in the same run, point by point over the concurrencies
+its ``where`` clause selects. Both levels must be valid (``validity.check_level``) or the point
+is INVALID. ``crossover_concurrency`` condenses a pair of sweeps to one number that can be kept
+in a baseline like any other metric (higher is better).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pytest_llmperf.compare import Verdict, explain, fmt_num, worst
+from pytest_llmperf.metric_defs import METRICS
+from pytest_llmperf.metric_defs import metric as metric_def
+from pytest_llmperf.results import SweepResult
+from pytest_llmperf.validity import ValidityPolicy, check_level
+
+__all__ = [
+    "Gate",
+    "GateError",
+    "GatePoint",
+    "GateResult",
+    "WhereClause",
+    "crossover_concurrency",
+    "evaluate_gate",
+    "evaluate_gates",
+    "load_gates",
+    "parse_where",
+]
+
+Op = Literal[">=", ">", "<=", "<"]
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+_WHERE_HELP = (
+    "expected 'all', a comparison such as 'C<=4', 'C>=64', 'C==32', a list 'C in 1,4,16', "
+    "or comparisons joined with 'and' ('C>=4 and C<=32')"
+)
+_CMP = re.compile(r"^C\s*(<=|>=|==|=|<|>)\s*(\d+)$", re.IGNORECASE)
+_IN = re.compile(r"^C\s+in\s+\[?\s*([\d\s,]+?)\s*\]?$", re.IGNORECASE)
+
+
+class GateError(ValueError):
+    """A gate definition is wrong; the message names the gate and the field."""
+
+
+@dataclass(frozen=True)
+class WhereClause:
+    """A parsed ``where``: a conjunction of (op, value) tests and/or a set of allowed C."""
+
+    text: str
+    tests: tuple[tuple[str, int], ...] = ()
+    allowed: frozenset[int] | None = None
+
+    def matches(self, c: int) -> bool:
+        if self.allowed is not None and c not in self.allowed:
+            return False
+        return all(_OPS[op](c, v) for op, v in self.tests)
+
+
+def parse_where(text: str) -> WhereClause:
+    """Parse ``all`` / ``C<=4`` / ``C in 1,4`` / ``C>=4 and C<=32``; errors say what is allowed."""
+    s = text.strip()
+    if s.lower() in ("", "all", "*"):
+        return WhereClause(text="all")
+    tests: list[tuple[str, int]] = []
+    allowed: frozenset[int] | None = None
+    for part in re.split(r"\s+and\s+", s, flags=re.IGNORECASE):
+        part = part.strip()
+        if m := _CMP.match(part):
+            op = "==" if m.group(1) == "=" else m.group(1)
+            tests.append((op, int(m.group(2))))
+        elif m := _IN.match(part):
+            items = [x.strip() for x in m.group(1).split(",") if x.strip()]
+            if not items or not all(x.isdigit() for x in items):
+                raise GateError(f"where clause {text!r}: bad list in {part!r}; {_WHERE_HELP}")
+            vals = frozenset(int(x) for x in items)
+            allowed = vals if allowed is None else allowed & vals
+        else:
+            raise GateError(f"where clause {text!r}: cannot parse {part!r}; {_WHERE_HELP}")
+    return WhereClause(text=s, tests=tuple(tests), allowed=allowed)
+
+
+class Gate(BaseModel):
+    """``config`` ``op`` ``reference`` × ``factor`` on ``metric`` at every C matching ``where``.
+
+    ``Gate(config="mtp", reference="plain", factor=0.98)`` reads "mtp's output throughput is
+    never below plain − 2 % at any C".
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: str
+    reference: str
+    metric: str = "output_throughput"
+    op: Op = ">="
+    factor: float = Field(default=1.0, gt=0.0)
+    where: str = "all"
+    name: str | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, v: str) -> str:
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}; known metrics: {', '.join(sorted(METRICS))}")
+        return v
+
+    @field_validator("where")
+    @classmethod
+    def _valid_where(cls, v: str) -> str:
+        parse_where(v)  # GateError is a ValueError, so pydantic reports it against `where`
+        return v
+
+    def applies(self, concurrency: int) -> bool:
+        return parse_where(self.where).matches(concurrency)
+
+    def describe(self) -> str:
+        if self.name:
+            return self.name
+        where = "" if parse_where(self.where).text == "all" else f" at {self.where}"
+        return f"{self.config} {self.op} {self.factor:g} × {self.reference} {self.metric}{where}"
+
+
+def load_gates(items: Sequence[Mapping[str, Any]], source: str = "gates") -> list[Gate]:
+    """Gates from a list of dicts (a suite's TOML/YAML), errors naming index and field."""
+    gates: list[Gate] = []
+    problems: list[str] = []
+    for i, item in enumerate(items):
+        try:
+            gates.append(Gate.model_validate(item))
+        except ValidationError as exc:
+            for e in exc.errors(include_url=False, include_input=False):
+                loc = ".".join(str(p) for p in e["loc"]) or "<gate>"
+                msg = str(e["msg"]).removeprefix("Value error, ")
+                problems.append(f"  - {source}[{i}].{loc}: {msg}")
+    if problems:
+        raise GateError(f"{source}: {len(problems)} invalid gate field(s):\n" + "\n".join(problems))
+    return gates
+
+
+@dataclass(frozen=True)
+class GatePoint:
+    concurrency: int
+    value: float | None
+    reference_value: float | None
+    threshold: float | None
+    verdict: Verdict
+    message: str
+
+
+@dataclass
+class GateResult:
+    gate: Gate
+    points: list[GatePoint] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict:
+        if not self.points:
+            return Verdict.MISSING
+        return worst(p.verdict for p in self.points)
+
+    @property
+    def failed(self) -> list[GatePoint]:
+        return [p for p in self.points if p.verdict != Verdict.PASS]
+
+    def message(self) -> str:
+        if not self.points:
+            return f"{self.gate.describe()}: no concurrency measured for both configs"
+        return "\n".join(p.message for p in self.failed)
+
+
+def _by_name(sweeps: Mapping[str, SweepResult] | Sequence[SweepResult]) -> dict[str, SweepResult]:
+    if isinstance(sweeps, Mapping):
+        return dict(sweeps)
+    return {s.config: s for s in sweeps}
+
+
+def evaluate_gate(
+    gate: Gate,
+    sweeps: Mapping[str, SweepResult] | Sequence[SweepResult],
+    *,
+    policy: ValidityPolicy | None = None,
+) -> GateResult:
+    """One verdict and sentence per concurrency measured by both configs and selected."""
+    by = _by_name(sweeps)
+    result = GateResult(gate)
+    cfg, ref = by.get(gate.config), by.get(gate.reference)
+    if cfg is None or ref is None:
+        return result
+    d = metric_def(gate.metric)
+    unit = f" {d.unit}" if d.unit else ""
+    label = "" if gate.metric == "output_throughput" else f"{gate.metric} "
+    common = sorted(
+        {lv.max_concurrency for lv in cfg.levels} & {lv.max_concurrency for lv in ref.levels}
+    )
+    for c in common:
+        if not gate.applies(c):
+            continue
+        a, b = cfg.level(c), ref.level(c)
+        assert a is not None and b is not None
+        head = f"{gate.config} at C={c}: "
+        reasons = [f"{gate.config}: {r}" for r in check_level(a, cfg.workload, policy)]
+        reasons += [f"{gate.reference}: {r}" for r in check_level(b, ref.workload, policy)]
+        va, vb = a.metric_value(gate.metric), b.metric_value(gate.metric)
+        if reasons:
+            msg = head + "invalid measurement: " + "; ".join(reasons)
+            result.points.append(GatePoint(c, va, vb, None, Verdict.INVALID, msg))
+            continue
+        if va is None or vb is None:
+            msg = head + f"{gate.metric} was not measured for both configs"
+            result.points.append(GatePoint(c, va, vb, None, Verdict.MISSING, msg))
+            continue
+        thr = vb * gate.factor
+        ok = _OPS[gate.op](va, thr)
+        ch = (va - vb) / vb if vb else 0.0
+        side = "below" if ch < 0 else "above"
+        msg = (
+            f"{head}{label}{fmt_num(va)}{unit}, {100 * abs(ch):.1f} % {side} {gate.reference} "
+            f"({fmt_num(vb)}), needs {gate.op} {gate.factor:g} × {gate.reference} "
+            f"({fmt_num(thr)})"
+        )
+        if not ok:
+            why = explain(a)
+            if why:
+                msg += "; " + "; ".join(why)
+        result.points.append(GatePoint(c, va, vb, thr, Verdict.PASS if ok else Verdict.FAIL, msg))
+    return result
+
+
+def evaluate_gates(
+    gates: Sequence[Gate],
+    sweeps: Mapping[str, SweepResult] | Sequence[SweepResult],
+    *,
+    policy: ValidityPolicy | None = None,
+) -> list[GateResult]:
+    return [evaluate_gate(g, sweeps, policy=policy) for g in gates]
+
+
+def crossover_concurrency(
+    config_sweep: SweepResult,
+    reference_sweep: SweepResult,
+    metric: str = "output_throughput",
+) -> int | None:
+    """The largest C of the leading run of concurrencies where ``config`` beats ``reference``.
+
+    Scanning the common levels upward, the crossover is the last C before the first loss
+    (strictly better counts as a win, direction-aware). None when it already loses at the
+    smallest C; the largest C when it never loses. A later lucky win after a loss does not move
+    it, so the number means "safe up to here".
+    """
+    d = metric_def(metric)
+    better = operator.gt if d.direction == "higher" else operator.lt
+    common = sorted(
+        {lv.max_concurrency for lv in config_sweep.levels}
+        & {lv.max_concurrency for lv in reference_sweep.levels}
+    )
+    last: int | None = None
+    for c in common:
+        a, b = config_sweep.level(c), reference_sweep.level(c)
+        va = a.metric_value(metric) if a else None
+        vb = b.metric_value(metric) if b else None
+        if va is None or vb is None:
+            continue
+        if not better(va, vb):
+            break
+        last = c
+    return last

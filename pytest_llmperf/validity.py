@@ -1,0 +1,106 @@
+"""Is a measured level worth judging at all? Checked before any verdict.
+
+A level is INVALID when the number does not describe the server: the load generator was the
+bottleneck, the server delivered different lengths than requested (EOS, tokenizer drift), the
+closed loop never reached its concurrency, or requests failed. Queueing beyond the server's
+running-request cap is *not* invalid: it is how the server behaves at that C, and the report
+states it next to the number.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pytest_llmperf.results import LevelResult, Workload
+
+__all__ = ["ValidityPolicy", "check_level", "is_valid"]
+
+
+class ValidityPolicy(BaseModel):
+    """Thresholds; defaults are strict where a deviation changes the meaning of the number."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_failed: int = Field(default=0, ge=0)
+    # Relative slack on delivered vs requested token totals (0 = exact, as max_tokens is).
+    length_tolerance: float = Field(default=0.0, ge=0.0, lt=1.0)
+    check_input_lengths: bool = True
+    # A closed loop of N = 2C requests has a one-request-deep ramp and tail: with equal lengths
+    # achieved ≈ C; with spread lengths the tail can pull it to ~0.7C. Below half of the
+    # reachable in-flight count something else (client, connection pool, fast failures) limited
+    # the load.
+    min_concurrency_ratio: float = Field(default=0.5, gt=0.0, le=1.0)
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * abs(a - b) / b:.1f} %" if b else "n/a"
+
+
+def check_level(
+    level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
+) -> list[str]:
+    """Reasons this level is invalid; an empty list means it may be judged."""
+    policy = policy or ValidityPolicy()
+    reasons: list[str] = []
+    c = level.max_concurrency
+
+    client = level.client
+    if client is not None and client.saturated:
+        why = f": {client.reason}" if client.reason else ""
+        reasons.append(
+            f"the load generator was the bottleneck{why} (client CPU {client.cpu_percent:.0f} %, "
+            f"event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms); use more client processes "
+            "or the aiohttp transport"
+        )
+
+    if level.completed == 0:
+        reasons.append(f"no request completed ({level.failed} of {level.num_requests} failed)")
+    elif level.failed > policy.max_failed:
+        first = f"; first error: {level.errors[0]}" if level.errors else ""
+        reasons.append(
+            f"{level.failed} of {level.num_requests} requests failed "
+            f"(allowed {policy.max_failed}){first}"
+        )
+
+    if workload is not None and level.completed > 0:
+        want_out = level.completed * workload.output_len
+        got_out = level.total_output_tokens
+        if abs(got_out - want_out) > policy.length_tolerance * want_out:
+            side = "short" if got_out < want_out else "over"
+            reasons.append(
+                f"delivered {got_out} output tokens for {level.completed} completed requests, "
+                f"expected {want_out} ({level.completed} × {workload.output_len}), "
+                f"{_pct(got_out, want_out)} {side}: likely EOS before max_tokens (send "
+                "ignore_eos) or tokenizer drift"
+            )
+        want_in = level.completed * workload.input_len
+        got_in = level.total_input_tokens
+        if (
+            policy.check_input_lengths
+            and got_in > 0
+            and abs(got_in - want_in) > policy.length_tolerance * want_in
+        ):
+            reasons.append(
+                f"prompts were {got_in} tokens in total, expected {want_in} "
+                f"({level.completed} × {workload.input_len}), {_pct(got_in, want_in)} off: "
+                "the server's tokenizer re-encoded the prompt to a different length"
+            )
+
+    closed_loop = workload is None or workload.request_rate is None
+    if closed_loop and level.concurrency > 0 and level.completed > 0:
+        reachable = min(c, level.num_requests)
+        floor = policy.min_concurrency_ratio * reachable
+        if level.concurrency < floor:
+            reasons.append(
+                f"achieved concurrency {level.concurrency:.1f} is below "
+                f"{policy.min_concurrency_ratio:g} × {reachable} requested in flight; the "
+                "client did not keep C requests open (connection limit, client stall or fast "
+                "failures)"
+            )
+    return reasons
+
+
+def is_valid(
+    level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
+) -> bool:
+    return not check_level(level, workload, policy)

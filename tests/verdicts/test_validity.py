@@ -1,0 +1,59 @@
+"""A level is invalid before any verdict: client bottleneck, length drift, low C, failures."""
+
+from __future__ import annotations
+
+from pytest_llmperf.results import Workload
+from pytest_llmperf.validity import ValidityPolicy, check_level, is_valid
+
+from . import WORKLOAD, make_level
+
+
+def test_a_clean_level_is_valid_and_queueing_is_not_invalid() -> None:
+    assert is_valid(make_level(64, 1571.1, cap=48), WORKLOAD)
+    assert is_valid(make_level(1, 108, achieved=0.99), WORKLOAD)
+
+
+def test_saturated_client() -> None:
+    (reason,) = check_level(make_level(128, 2800, saturated=True), WORKLOAD)
+    assert reason.startswith("the load generator was the bottleneck: event loop lag p99 80 ms")
+
+
+def test_length_drift_seed_003() -> None:
+    # Seed 003, C=64: 97000 tokens for 128 completed requests of 1000.
+    (reason,) = check_level(make_level(64, 1571.1, output_tokens=97000), WORKLOAD)
+    assert "delivered 97000 output tokens for 128 completed requests, expected 128000" in reason
+    assert "24.2 % short" in reason and "EOS" in reason
+    loose = ValidityPolicy(length_tolerance=0.3)
+    assert check_level(make_level(64, 1571.1, output_tokens=97000), WORKLOAD, loose) == []
+
+
+def test_input_length_drift() -> None:
+    lv = make_level(4, 286).model_copy(update={"total_input_tokens": 8100})
+    (reason,) = check_level(lv, WORKLOAD)
+    assert "prompts were 8100 tokens" in reason and "tokenizer" in reason
+
+
+def test_low_achieved_concurrency() -> None:
+    (reason,) = check_level(make_level(64, 2327, achieved=20.0), WORKLOAD)
+    assert "achieved concurrency 20.0 is below 0.5 × 64" in reason
+    assert is_valid(make_level(64, 2327, achieved=40.0), WORKLOAD)
+    # Fewer requests than C: only num_requests can ever be in flight.
+    wl = Workload(requests_per_level=8)
+    lv = make_level(64, 2327, achieved=6.0).model_copy(
+        update={
+            "num_requests": 8,
+            "completed": 8,
+            "total_output_tokens": 8000,
+            "total_input_tokens": 8000,
+        }
+    )
+    assert check_level(lv, wl) == []
+
+
+def test_failures_bound() -> None:
+    lv = make_level(16, 873, failed=2)
+    (reason,) = check_level(lv, WORKLOAD)
+    assert reason == "2 of 32 requests failed (allowed 0); first error: HTTP 500: boom"
+    assert check_level(lv, WORKLOAD, ValidityPolicy(max_failed=2)) == []
+    none = lv.model_copy(update={"completed": 0, "failed": 32, "total_output_tokens": 0})
+    assert check_level(none, WORKLOAD)[0] == "no request completed (32 of 32 failed)"
