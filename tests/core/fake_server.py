@@ -229,7 +229,12 @@ class FakeServer:
             )
 
         if chat:
-            await self._send(resp, orjson.dumps({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}], "usage": usage(0) if cont else None}))  # fmt: skip
+            role = {"role": "assistant", "content": ""}
+            first = {"index": 0, "delta": role, "finish_reason": None}
+            await self._send(
+                resp,
+                orjson.dumps({"id": "x", "choices": [first], "usage": usage(0) if cont else None}),
+            )
         ct = 0
         for k in self._chunks(n):
             await asyncio.sleep(self.config.step_s)

@@ -1,0 +1,349 @@
+"""The ``llmperf`` console script.
+
+``llmperf sweep`` measures a server (``--url``) or one it launches (``--launch [flags...]``)
+and prints the table SGLang users already read in their own benchmark scripts. The
+``merge`` and ``compare`` subcommands belong to ``pytest_llmperf.runfile`` and are wired in by
+``_add_runfile_commands``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from tabulate import tabulate
+
+from pytest_llmperf.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.sweep import Progress, ServerMode, SweepError, run_sweep
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the sweep ran but requests failed, or the server could not be reached
+EXIT_USAGE = 2  # bad flags (argparse's own convention)
+DEFAULT_LEVELS = "1,4,16,32,64,128"
+_MODEL_FLAGS = ("--model-path", "--model")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+# --- arguments ---------------------------------------------------------------------------------
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers such as 1,4,16, got {text!r}"
+        ) from None
+    if not levels:
+        raise argparse.ArgumentTypeError("no concurrency levels given; e.g. -c 1,4,16")
+    bad = [c for c in levels if c < 1]
+    if bad:
+        raise argparse.ArgumentTypeError(f"concurrency must be >= 1, got {bad[0]}")
+    return levels
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="measure a server over concurrency levels and print the table",
+        description="Closed-loop sweep: exactly C requests in flight at each level, fixed "
+        "input/output lengths (ignore_eos), the same prompts at every level.",
+    )
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="an already-running server, e.g. http://127.0.0.1:30000")
+    target.add_argument(
+        "--launch",
+        nargs=argparse.REMAINDER,
+        metavar="SERVER_FLAG",
+        help="launch SGLang (or the simulator when SGLang is not installed) with these "
+        "launch_server flags; must be the last option",
+    )
+    p.add_argument(
+        "-c",
+        "--concurrency",
+        type=_levels,
+        default=_levels(DEFAULT_LEVELS),
+        help=f"comma-separated levels (default {DEFAULT_LEVELS})",
+    )
+    p.add_argument("--input-len", type=_positive_int, default=1000)
+    p.add_argument("--output-len", type=_positive_int, default=1000)
+    p.add_argument("--backend", choices=["sglang", "openai", "openai-chat"], default="sglang")
+    p.add_argument(
+        "--requests",
+        type=_positive_int,
+        default=None,
+        help="requests per level (default: 4 at C=1, else 2*C)",
+    )
+    p.add_argument(
+        "--request-rate",
+        type=_positive_float,
+        default=None,
+        help="open-loop Poisson arrivals in req/s (at most C in flight)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=600.0,
+        help="total deadline per request, seconds (default 600)",
+    )
+    p.add_argument(
+        "--api-key-env", metavar="VAR", help="name of the environment variable holding the API key"
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the SweepResult as JSON")
+    p.add_argument("--config-name", default="cli", help="name recorded in the JSON result")
+    p.add_argument("--details", action="store_true", help="keep per-request arrays in the JSON")
+    p.add_argument(
+        "--scrape-metrics",
+        action="store_true",
+        help="sample the server's /metrics during each level",
+    )
+    p.add_argument(
+        "--simulate",
+        action="store_true",
+        help="with --launch: always launch the simulator, even if SGLang is installed",
+    )
+    p.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="with --launch: where the server log goes (default: a temp dir)",
+    )
+    p.set_defaults(func=cmd_sweep)
+
+
+def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Hook for ``llmperf merge`` / ``llmperf compare``, implemented in ``pytest_llmperf.runfile``.
+
+    Contract: ``runfile.register_cli(subparsers)`` adds its subparsers, each with
+    ``set_defaults(func=handler)`` where ``handler(args: argparse.Namespace) -> int`` returns the
+    exit status. Until that module exists the CLI offers ``sweep`` only.
+    """
+    try:
+        runfile = importlib.import_module("pytest_llmperf.runfile")
+    except ImportError:
+        return
+    register = getattr(runfile, "register_cli", None)
+    if callable(register):
+        register(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmperf", description="LLM-serving (SGLang) performance sweeps."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_sweep_command(sub)
+    _add_runfile_commands(sub)
+    return parser
+
+
+# --- output ------------------------------------------------------------------------------------
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def level_row(lv: LevelResult) -> list[object]:
+    ok = f"{lv.completed}" if lv.failed == 0 else f"{lv.completed}/{lv.num_requests}"
+    notes = list(lv.notes)
+    if lv.failed and lv.errors:
+        notes.append(f"errors: {lv.errors[0]}")
+    return [
+        lv.max_concurrency,
+        f"{lv.output_throughput:.1f}",
+        f"{lv.per_request_throughput:.1f}",
+        lv.total_output_tokens,
+        f"{lv.duration:.1f}",
+        ok,
+        f"{_ms(lv.median_ttft_ms)}/{_ms(lv.p99_ttft_ms)}",
+        _ms(lv.median_itl_ms),
+        _ms(lv.median_tpot_ms),
+        "-" if lv.accept_length is None else f"{lv.accept_length:.2f}",
+        "; ".join(notes),
+    ]
+
+
+TABLE_HEADERS = [
+    "C",
+    "Agg tok/s",
+    "Per-req tok/s",
+    "Tokens",
+    "Wall(s)",
+    "Ok",
+    "TTFT p50/p99 (ms)",
+    "ITL p50 (ms)",
+    "TPOT p50 (ms)",
+    "Accept len",
+    "Notes",
+]
+
+
+def format_table(result: SweepResult) -> str:
+    """The seed scripts' table, plus latency columns and notes."""
+    rows = [level_row(lv) for lv in result.levels]
+    align = ("right",) * (len(TABLE_HEADERS) - 1) + ("left",)
+    return tabulate(
+        rows, headers=TABLE_HEADERS, tablefmt="github", disable_numparse=True, colalign=align
+    )
+
+
+class _ProgressLine:
+    """One rewritten status line on stderr (a plain line per level when not a terminal)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream: TextIO = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+
+    def __call__(self, p: Progress) -> None:
+        if p.phase == "warmup":
+            self.stream.write("warm-up done\n")
+        elif p.phase == "level-done":
+            line = f"C={p.concurrency}: {p.done}/{p.total} requests, {p.tok_per_s:.0f} tok/s"
+            if p.failed:
+                line += f", {p.failed} failed"
+            self.stream.write(("\r\x1b[K" if self.tty else "") + line + "\n")
+        elif self.tty:
+            self.stream.write(
+                f"\r\x1b[KC={p.concurrency}: {p.done}/{p.total} requests, "
+                f"{p.tok_per_s:.0f} tok/s so far"
+            )
+        self.stream.flush()
+
+
+def _write_json(path: Path, result: SweepResult) -> None:
+    """Atomic write: a crash never leaves a half-written results file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(result.model_dump_json(indent=2))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# --- sweep -------------------------------------------------------------------------------------
+def _split_model(flags: Sequence[str]) -> tuple[str, list[str]]:
+    """Take ``--model-path`` out of the launch flags: the launcher sets it from the config."""
+    model, rest = "simulated/model", []
+    it = iter(flags)
+    for arg in it:
+        name, eq, value = arg.partition("=")
+        if name in _MODEL_FLAGS:
+            model = value if eq else next(it, model)
+        else:
+            rest.append(arg)
+    return model, rest
+
+
+@contextlib.contextmanager
+def _server(args: argparse.Namespace, api_key: str | None) -> Iterator[tuple[str, ServerMode]]:
+    """(url, mode) of the server to measure; a launched server is stopped on exit."""
+    if args.url:
+        yield args.url, "attached"
+        return
+    from pytest_llmperf.config import ServerConfig
+    from pytest_llmperf.launcher import launch
+
+    model, flags = _split_model(args.launch)
+    config = ServerConfig(name=args.config_name, model=model, args=tuple(flags))
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="llmperf-logs-"))
+    handle = launch(
+        config, log_dir=log_dir, simulate=True if args.simulate else None, api_key=api_key
+    )
+    with handle:
+        print(f"{handle.mode} server at {handle.url} (log: {handle.log_path})", file=sys.stderr)
+        yield handle.url, handle.mode
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            print(
+                f"llmperf sweep: error: --api-key-env: environment variable "
+                f"{args.api_key_env} is not set or empty",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+    workload = Workload(
+        backend=args.backend,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        seed=args.seed,
+        requests_per_level=args.requests,
+        request_timeout_s=args.timeout,
+        request_rate=args.request_rate,
+    )
+    from pytest_llmperf.launcher import LaunchError
+
+    try:
+        with _server(args, api_key) as (url, mode):
+            result = run_sweep(
+                url,
+                args.concurrency,
+                workload,
+                api_key=api_key,
+                config_name=args.config_name,
+                progress=_ProgressLine(),
+                details=args.details,
+                scrape_metrics=args.scrape_metrics,
+                server_mode=mode,
+            )
+    except (SweepError, LaunchError) as e:
+        print(f"llmperf sweep: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    server = result.server
+    print(
+        f"server: {server.mode} {server.url}  version={server.version}  "
+        f"model={server.model_path}  spec={server.speculative_algorithm}  "
+        f"max_running_requests={server.max_running_requests}"
+    )
+    print(f"workload: {workload.key()}  seed={workload.seed}")
+    print(format_table(result))
+    if args.json:
+        _write_json(args.json, result)
+        print(f"wrote {args.json}", file=sys.stderr)
+    failed = sum(lv.failed for lv in result.levels)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.func
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
