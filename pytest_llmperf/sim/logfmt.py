@@ -1,0 +1,72 @@
+"""SGLang's log format, so tools that scrape a real server's log also work on the simulator.
+
+SGLang configures ``[%(asctime)s] %(message)s`` with datefmt ``%Y-%m-%d %H:%M:%S`` (no level
+name) on stderr; the launcher captures stdout and stderr into one file.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+LOG_FORMAT = "[%(asctime)s] %(message)s"
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+LOGGER_NAME = "pytest_llmperf.sim"
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+class _FlushingHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-ignore]
+    """Flush every record: the launcher tails the log file while we run."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        self.flush()
+
+
+def configure_logging(level: str = "info") -> logging.Logger:
+    """The simulator's logger, writing SGLang-formatted lines to stderr."""
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.handlers.clear()
+    handler = _FlushingHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
+    logger.addHandler(handler)
+    logger.setLevel(_LEVELS.get(level.lower(), logging.INFO))
+    logger.propagate = False
+    return logger
+
+
+def get_logger() -> logging.Logger:
+    return logging.getLogger(LOGGER_NAME)
+
+
+def decode_batch_line(
+    *,
+    num_running: int,
+    used_tokens: int,
+    max_total_tokens: int,
+    gen_throughput: float,
+    num_queued: int,
+    cuda_graph: bool,
+    accept_len: float | None = None,
+    accept_rate: float | None = None,
+) -> str:
+    """``Decode batch, ...`` exactly as SGLang's scheduler prints it (v0.5.9 layout)."""
+    usage = used_tokens / max_total_tokens if max_total_tokens > 0 else 0.0
+    msg = (
+        f"Decode batch, #running-req: {num_running}, #token: {used_tokens}, "
+        f"token usage: {usage:.2f}, "
+    )
+    if accept_len is not None:
+        msg += f"accept len: {accept_len:.2f}, accept rate: {(accept_rate or 0.0):.2f}, "
+    msg += (
+        f"cuda graph: {cuda_graph}, gen throughput (token/s): {gen_throughput:.2f}, "
+        f"#queue-req: {num_queued}"
+    )
+    return msg
