@@ -124,4 +124,5 @@ def hardware_key(
     groups: dict[str, int] = {}
     for name in names:
         groups[name] = groups.get(name, 0) + 1
-    return safe_key("+".join(f"{n}x{safe_key(name)}" for name, n in groups.items()))
+    # "+" between GPU kinds is file-name safe too; each part is already reduced.
+    return "+".join(f"{n}x{safe_key(name)}" for name, n in groups.items())

@@ -198,7 +198,8 @@ def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
         for p in left:
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        psutil.wait_procs(left, timeout=_KILL_WAIT_S)
+        # Not the leader: psutil would reap it and Popen would then report exit code 0.
+        psutil.wait_procs([p for p in left if p.pid != proc.pid], timeout=_KILL_WAIT_S)
     try:
         return proc.wait(timeout=_KILL_WAIT_S)
     except subprocess.TimeoutExpired:

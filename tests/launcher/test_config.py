@@ -1,0 +1,102 @@
+"""Server config files: TOML, YAML, dicts; one-line errors that name file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_llmperf.config import ConfigError, load_server_configs, server_configs_from_data
+
+TOML = """
+[[server]]
+name = "plain"
+model = "meta-llama/Llama-3.1-8B-Instruct"
+args = ["--tp", "2"]
+env = { SGLANG_FOO = "1" }
+gpus = 2
+
+[[server]]
+name = "mtp"
+model = "m"
+sim_profile = "h100-llama8b"
+"""
+
+YAML = """
+server:
+  - name: plain
+    model: m
+    args: ["--tp", "2"]
+    gpus: 2
+"""
+
+
+def test_toml_loads(tmp_path: Path) -> None:
+    path = tmp_path / "servers.toml"
+    path.write_text(TOML)
+    plain, mtp = load_server_configs(path)
+    assert plain.args == ("--tp", "2") and plain.env == {"SGLANG_FOO": "1"} and plain.gpus == 2
+    assert mtp.sim_profile == "h100-llama8b" and mtp.gpus == 1
+
+
+def test_yaml_loads(tmp_path: Path) -> None:
+    path = tmp_path / "servers.yaml"
+    path.write_text(YAML)
+    (plain,) = load_server_configs(path)
+    assert plain.name == "plain" and plain.args == ("--tp", "2")
+
+
+def test_errors_name_file_and_field_one_line_each(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        '[[server]]\nname = "a"\nmodel = "m"\ngpus = -1\nargs = "--tp 2"\n'
+        '[[server]]\nname = "b"\nmodel = "m"\ncolour = "red"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_server_configs(path)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 3
+    assert f"{path}: server[0].gpus: Input should be greater than or equal to 0" in lines
+    assert f"{path}: server[0].args: Input should be a valid list" in lines
+    assert f"{path}: server[1].colour: Extra inputs are not permitted" in lines
+    assert "Traceback" not in str(info.value)
+
+
+def test_duplicate_names() -> None:
+    data = {"server": [{"name": "x", "model": "m"}, {"name": "x", "model": "m2"}]}
+    with pytest.raises(ConfigError, match=r"<data>: server\[1\].name: duplicate name 'x'"):
+        server_configs_from_data(data)
+
+
+@pytest.mark.parametrize("name", ["a/b", "..\\evil"])
+def test_path_separator_in_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"server\[0\].name: .*path separator"):
+        server_configs_from_data({"server": [{"name": name, "model": "m"}]})
+
+
+def test_syntax_errors_are_one_line(tmp_path: Path) -> None:
+    bad_toml = tmp_path / "x.toml"
+    bad_toml.write_text("[[server]\n")
+    with pytest.raises(ConfigError, match=r"x.toml: invalid TOML"):
+        load_server_configs(bad_toml)
+    bad_yaml = tmp_path / "x.yaml"
+    bad_yaml.write_text("server: [\n  - {name: a\n")
+    with pytest.raises(ConfigError) as info:
+        load_server_configs(bad_yaml)
+    assert len(str(info.value).splitlines()) == 1 and "invalid YAML" in str(info.value)
+
+
+def test_other_file_problems(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_server_configs(tmp_path / "missing.toml")
+    json_file = tmp_path / "x.json"
+    json_file.write_text("{}")
+    with pytest.raises(ConfigError, match="unsupported config file type '.json'"):
+        load_server_configs(json_file)
+    with pytest.raises(ConfigError, match="unknown top-level key"):
+        server_configs_from_data({"servers": []})
+
+
+def test_python_list_api() -> None:
+    (cfg,) = server_configs_from_data([{"name": "a", "model": "m", "env": {"K": "v"}}])
+    assert cfg.env == {"K": "v"}
