@@ -1,0 +1,270 @@
+"""Tables people already know (the seed scripts' columns) plus the verdicts, as text/Markdown.
+
+Everything rendered goes through ``redact`` first: results carry no secrets, but server args
+and error messages are user input and may contain ``--api-key`` or an ``Authorization`` value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_llmperf.compare import PointComparison, Verdict, explain, fmt_num
+from pytest_llmperf.gates import GateResult
+from pytest_llmperf.results import LevelResult, SweepResult
+
+__all__ = [
+    "LEVEL_HEADERS",
+    "gate_table",
+    "junit_properties",
+    "level_table",
+    "markdown_summary",
+    "redact",
+    "redact_args",
+    "render_run",
+]
+
+LEVEL_HEADERS = (
+    "C",
+    "Agg tok/s",
+    "Per-req tok/s",
+    "Tokens",
+    "Wall(s)",
+    "Ok",
+    "TTFT p50/p99 (ms)",
+    "ITL p50 (ms)",
+    "accept",
+    "baseline Δ%",
+    "verdict",
+    "notes",
+)
+_MASK = "***"
+_SECRET_PATTERNS = [
+    (re.compile(r"(?i)\b(bearer)\s+[^\s'\",]+"), rf"\1 {_MASK}"),
+    (re.compile(r"(?i)(--api[-_]key)(\s*=\s*|\s+)[^\s'\",]+"), rf"\1\2{_MASK}"),
+    (
+        re.compile(
+            r"(?i)([\"']?(?:api[-_]?key|token|secret|password)[\"']?\s*[:=]\s*)[\"']?[^\s'\",}]+[\"']?"
+        ),
+        rf"\1{_MASK}",
+    ),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), _MASK),
+]
+_SECRET_KEY = re.compile(r"(?i)(api[-_]?key|token|secret|password|authorization)")
+
+
+def redact(text: str) -> str:
+    """Scrub ``Bearer X``, ``--api-key X``, ``api_key=X`` and ``sk-…`` from any string."""
+    for pattern, repl in _SECRET_PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def redact_args(args: Any) -> Any:
+    """Server args (dict, argv list or string) with secret values masked; input unchanged."""
+    if isinstance(args, Mapping):
+        return {
+            k: (_MASK if _SECRET_KEY.search(str(k)) and v not in (None, "") else redact_args(v))
+            for k, v in args.items()
+        }
+    if isinstance(args, list | tuple):
+        out: list[Any] = []
+        mask_next = False
+        for a in args:
+            if mask_next:
+                out.append(_MASK)
+                mask_next = False
+                continue
+            s = str(a) if not isinstance(a, str) else a
+            if isinstance(a, str) and a.startswith("--") and "=" not in a and _SECRET_KEY.search(a):
+                mask_next = True
+                out.append(a)
+            else:
+                out.append(redact(s) if isinstance(a, str) else redact_args(a))
+        return type(args)(out) if isinstance(args, tuple) else out
+    if isinstance(args, str):
+        return redact(args)
+    return args
+
+
+def _by_c(
+    points: Sequence[PointComparison] | Mapping[int, PointComparison] | None,
+) -> dict[int, PointComparison]:
+    if points is None:
+        return {}
+    if isinstance(points, Mapping):
+        return dict(points)
+    return {p.concurrency: p for p in points}
+
+
+def _delta(point: PointComparison | None) -> str:
+    if point is None:
+        return ""
+    m = point.metric("output_throughput")
+    if m is None or m.baseline != m.baseline:  # NaN: metric missing from baseline
+        return ""
+    return f"{100 * m.change:+.1f}"
+
+
+def _verdict(point: PointComparison | None) -> str:
+    if point is None:
+        return ""
+    v = point.verdict.value
+    if point.verdict == Verdict.PASS and point.stale:
+        v += " (stale)"
+    if point.rerun:
+        v += " (re-run)"
+    return v
+
+
+def _notes(level: LevelResult, point: PointComparison | None) -> str:
+    notes = [n for n in explain(level) if not n.startswith("accept length")]
+    if point is not None:
+        notes.extend(point.invalid_reasons)
+        notes.extend(
+            f"{m.metric} {100 * m.change:+.1f} %"
+            for m in point.metrics
+            if m.metric != "output_throughput" and (m.verdict != Verdict.PASS or m.stale)
+        )
+    return redact("; ".join(notes))
+
+
+def _ms(v: float | None) -> str:
+    return fmt_num(v) if v is not None else "–"
+
+
+def level_rows(
+    sweep: SweepResult,
+    points: Sequence[PointComparison] | Mapping[int, PointComparison] | None = None,
+) -> list[list[str]]:
+    by_c = _by_c(points)
+    rows = []
+    for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
+        p = by_c.get(lv.max_concurrency)
+        rows.append(
+            [
+                str(lv.max_concurrency),
+                f"{lv.output_throughput:.1f}",
+                f"{lv.per_request_throughput:.1f}",
+                str(lv.total_output_tokens),
+                f"{lv.duration:.1f}",
+                f"{lv.completed}" + (f" ({lv.failed} failed)" if lv.failed else ""),
+                f"{_ms(lv.median_ttft_ms)}/{_ms(lv.p99_ttft_ms)}",
+                _ms(lv.median_itl_ms),
+                "" if lv.accept_length is None else f"{lv.accept_length:.2f}",
+                _delta(p),
+                _verdict(p),
+                _notes(lv, p),
+            ]
+        )
+    return rows
+
+
+def level_table(
+    sweep: SweepResult,
+    points: Sequence[PointComparison] | Mapping[int, PointComparison] | None = None,
+    *,
+    tablefmt: str = "simple",
+) -> str:
+    """The seed script's table for one config, with baseline Δ%, verdict and notes."""
+    rows = level_rows(sweep, points)
+    headers = list(LEVEL_HEADERS)
+    if points is None:  # no comparison: keep the table as narrow as the seed's
+        headers = headers[:9] + ["notes"]
+        rows = [r[:9] + [r[11]] for r in rows]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def gate_table(results: Sequence[GateResult], *, tablefmt: str = "simple") -> str:
+    """One row per gate and concurrency: values, threshold, verdict."""
+    rows = []
+    for r in results:
+        if not r.points:
+            rows.append([r.gate.describe(), "", "", "", "", r.verdict.value, r.message()])
+        for p in r.points:
+            rows.append(
+                [
+                    r.gate.describe(),
+                    str(p.concurrency),
+                    fmt_num(p.value),
+                    fmt_num(p.reference_value),
+                    fmt_num(p.threshold),
+                    p.verdict.value,
+                    redact(p.message) if p.verdict != Verdict.PASS else "",
+                ]
+            )
+    headers = ["gate", "C", "value", "reference", "threshold", "verdict", "why"]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True)
+
+
+def render_run(
+    sweeps: Sequence[SweepResult],
+    points: Mapping[str, Sequence[PointComparison]] | None = None,
+    gates: Sequence[GateResult] = (),
+    *,
+    markdown: bool = False,
+) -> str:
+    """Every config's table, then gates, then the failure sentences (text or Markdown)."""
+    fmt = "github" if markdown else "simple"
+    points = points or {}
+    out: list[str] = []
+    for sweep in sweeps:
+        title = f"{sweep.config} ({sweep.workload.key()})"
+        out.append(f"### {title}" if markdown else f"{title}:")
+        out.append(level_table(sweep, points.get(sweep.config) if points else None, tablefmt=fmt))
+        out.append("")
+    if gates:
+        out.append("### gates" if markdown else "gates:")
+        out.append(gate_table(gates, tablefmt=fmt))
+        out.append("")
+    messages = [m for ps in points.values() for p in ps for m in p.messages]
+    messages += [p.message for g in gates for p in g.failed]
+    messages += [g.message() for g in gates if not g.points]
+    if messages:
+        out.append("### problems" if markdown else "problems:")
+        out.extend(f"- {redact(m)}" for m in messages)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def markdown_summary(
+    sweeps: Sequence[SweepResult],
+    points: Mapping[str, Sequence[PointComparison]] | None = None,
+    gates: Sequence[GateResult] = (),
+    *,
+    title: str = "LLM performance",
+) -> str:
+    """Markdown for ``$GITHUB_STEP_SUMMARY`` or a PR comment."""
+    verdicts = [p.verdict for ps in (points or {}).values() for p in ps]
+    verdicts += [g.verdict for g in gates]
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.value] = counts.get(v.value, 0) + 1
+    line = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no verdicts"
+    return f"## {title}\n\n{line}\n\n" + render_run(sweeps, points, gates, markdown=True)
+
+
+def junit_properties(
+    point: PointComparison | None = None, gate: GateResult | None = None
+) -> list[tuple[str, str]]:
+    """(name, value) pairs for ``record_property``: metric, baseline, delta, verdict."""
+    props: list[tuple[str, str]] = []
+    if point is not None:
+        props.append(("llmperf.verdict", point.verdict.value))
+        props.append(("llmperf.concurrency", str(point.concurrency)))
+        for m in point.metrics:
+            props.append((f"llmperf.{m.metric}", f"{m.current:g}"))
+            props.append((f"llmperf.{m.metric}.baseline", f"{m.baseline:g}"))
+            props.append((f"llmperf.{m.metric}.delta_pct", f"{100 * m.change:+.2f}"))
+            props.append((f"llmperf.{m.metric}.verdict", m.verdict.value))
+        for i, reason in enumerate(point.invalid_reasons):
+            props.append((f"llmperf.invalid.{i}", redact(reason)))
+    if gate is not None:
+        props.append((f"llmperf.gate.{gate.gate.describe()}", gate.verdict.value))
+        for p in gate.points:
+            props.append(
+                (f"llmperf.gate.C{p.concurrency}", f"{p.verdict.value}: {fmt_num(p.value)}")
+            )
+    return props
