@@ -234,10 +234,9 @@ class LoadGenerator:
                     await self._stream_openai(rec, payload)
         except TimeoutError:
             rec.fail(f"request exceeded its total deadline of {self.request_timeout_s:g}s")
-        except httpx.HTTPError as e:
-            rec.fail(_short(f"{type(e).__name__}: {e}") if str(e) else type(e).__name__)
-        except (aiohttp.ClientError, OSError, orjson.JSONDecodeError) as e:
-            rec.fail(_short(f"{type(e).__name__}: {e}"))
+        except (httpx.HTTPError, aiohttp.ClientError, OSError, orjson.JSONDecodeError) as e:
+            where = f"stream cut after {rec.output_tokens} tokens: " if rec.events else ""
+            rec.fail(_short(f"{where}{type(e).__name__}: {e}" if str(e) else type(e).__name__))
         if not rec.ok:
             rec.e2e = time.perf_counter() - rec.t_send if math.isnan(rec.e2e) else rec.e2e
         return rec

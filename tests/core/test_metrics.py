@@ -1,0 +1,157 @@
+"""Metric arithmetic on hand-built records: bench_serving's definitions, exactly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_llmperf.metrics import compute_level, distinct_errors, summarize_ms
+from pytest_llmperf.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, judge_health
+from pytest_llmperf.records import RequestRecord
+from pytest_llmperf.server_probe import (
+    accept_length,
+    effective_running_cap,
+    parse_metrics,
+    server_facts,
+    summarize_metric_samples,
+)
+
+
+def _rec(
+    index: int, t_send: float, events: list[tuple[float, int]], prompt: int = 10
+) -> RequestRecord:
+    r = RequestRecord(index=index, t_send=t_send, prompt_tokens=prompt)
+    for t, n in events:
+        r.add_tokens(t, n)
+    r.e2e = events[-1][0] - t_send
+    return r
+
+
+def test_multi_token_event_gap_is_split_evenly() -> None:
+    r = _rec(0, 0.0, [(0.1, 1), (0.2, 1), (0.5, 3)])
+    assert r.output_tokens == 5 and r.events == 3
+    assert list(r.token_times) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert r.itls() == pytest.approx([0.1, 0.1, 0.1, 0.1])
+    assert r.ttft == pytest.approx(0.1)
+    assert r.tpot() == pytest.approx((0.5 - 0.1) / 4)
+
+
+def test_first_event_tokens_give_no_itl() -> None:
+    # bench_serving: tokens of the first chunk set TTFT and add no ITL entries
+    r = _rec(0, 0.0, [(0.2, 2), (0.3, 1)])
+    assert r.first_event_tokens == 2
+    assert r.itls() == pytest.approx([0.1])
+
+
+def test_level_definitions() -> None:
+    a = _rec(0, 0.0, [(0.1, 1), (0.3, 1), (0.5, 2)])  # 4 tokens, e2e 0.5, ttft 0.1
+    b = _rec(1, 0.5, [(0.7, 1), (1.0, 3)])  # 4 tokens, e2e 0.5, ttft 0.2
+    failed = _rec(2, 0.2, [(0.4, 1)]).fail("boom")
+    lv = compute_level([a, b, failed], max_concurrency=2)
+    assert lv.duration == pytest.approx(1.0)
+    assert (lv.completed, lv.failed, lv.num_requests) == (2, 1, 3)
+    assert lv.total_output_tokens == 8  # the failed request's token does not count
+    assert lv.total_input_tokens == 20
+    assert lv.output_throughput == pytest.approx(8.0)
+    assert lv.request_throughput == pytest.approx(2.0)
+    assert lv.total_throughput == pytest.approx(28.0)
+    assert lv.per_request_throughput == pytest.approx(np.mean([3 / 0.4, 3 / 0.3]))
+    assert lv.concurrency == pytest.approx(1.0)
+    assert lv.mean_ttft_ms == pytest.approx(150.0)
+    assert lv.median_tpot_ms == pytest.approx(np.median([400 / 3, 100.0]))
+    itls = [0.2, 0.1, 0.1, 0.1, 0.1, 0.1]
+    assert lv.mean_itl_ms == pytest.approx(np.mean(itls) * 1e3)
+    assert lv.p99_itl_ms == pytest.approx(np.percentile(np.array(itls) * 1e3, 99))
+    assert lv.errors == ["boom"]
+
+
+def test_all_failed_level_has_no_latencies() -> None:
+    lv = compute_level([RequestRecord(index=0, t_send=0.0, e2e=1.0, error="x")], max_concurrency=1)
+    assert lv.completed == 0 and lv.output_throughput == 0.0 and lv.median_ttft_ms is None
+
+
+def test_details_columns() -> None:
+    a = _rec(0, 0.0, [(0.1, 2)])
+    bad = RequestRecord(index=1, t_send=0.0, e2e=0.2, error="cut")
+    lv = compute_level([a, bad], max_concurrency=2, details=True)
+    assert lv.details is not None
+    assert lv.details.output_lens == [2, 0] and math.isnan(lv.details.ttfts[1])
+
+
+def test_distinct_errors_are_counted_and_capped() -> None:
+    recs = [RequestRecord(index=i, error=f"e{i % 15}") for i in range(30)]
+    errs = distinct_errors(recs, cap=3)
+    assert errs[:3] == ["2x e0", "2x e1", "2x e10"]
+    assert errs[-1] == "... and 12 more distinct errors"
+
+
+def test_summarize_uses_numpy_percentiles() -> None:
+    vals = [0.001 * i for i in range(1, 101)]
+    s = summarize_ms(vals)
+    assert s["p99"] == pytest.approx(np.percentile(np.arange(1, 101), 99))
+    assert summarize_ms([])["mean"] is None
+
+
+def test_health_thresholds() -> None:
+    calm = judge_health([1.0] * 50, cpu_percent=40.0)
+    assert not calm.saturated and calm.reason is None
+    laggy = judge_health([LOOP_LAG_P99_LIMIT_MS * 3] * 50, cpu_percent=40.0)
+    assert laggy.saturated and "lag" in (laggy.reason or "")
+    busy = judge_health([0.1] * 50, cpu_percent=CPU_PERCENT_LIMIT + 5)
+    assert busy.saturated and "CPU" in (busy.reason or "")
+
+
+def test_effective_cap_sums_dp_ranks_and_falls_back() -> None:
+    info = {
+        "max_running_requests": None,
+        "dp_size": 2,
+        "internal_states": [
+            {"effective_max_running_requests_per_dp": 24},
+            {"effective_max_running_requests_per_dp": 24},
+        ],
+    }
+    assert effective_running_cap(info) == 48
+    assert (
+        effective_running_cap({"max_running_requests": 16, "dp_size": 4, "internal_states": [{}]})
+        == 64
+    )
+    assert effective_running_cap({}) is None
+
+
+def test_accept_length_and_facts() -> None:
+    info = {
+        "version": "0.5.9",
+        "model_path": "m",
+        "speculative_algorithm": "EAGLE",
+        "dp_size": 1,
+        "internal_states": [
+            {"avg_spec_accept_length": 2.5, "effective_max_running_requests_per_dp": 48}
+        ],
+    }
+    assert accept_length(info) == 2.5
+    assert accept_length({"internal_states": [{}]}) is None
+    facts = server_facts(info, url="http://x")
+    assert (facts.version, facts.max_running_requests, facts.speculative_algorithm) == (
+        "0.5.9",
+        48,
+        "EAGLE",
+    )
+
+
+def test_parse_metrics_with_prometheus_parser() -> None:
+    text = (
+        "# TYPE sglang:num_running_reqs gauge\n"
+        'sglang:num_running_reqs{dp_rank="0"} 3.0\n'
+        'sglang:num_running_reqs{dp_rank="1"} 4.0\n'
+        "# TYPE sglang:spec_accept_length gauge\n"
+        'sglang:spec_accept_length{dp_rank="0"} 2.0\n'
+        'sglang:spec_accept_length{dp_rank="1"} 3.0\n'
+        "# TYPE other gauge\nother 9\n"
+    )
+    m = parse_metrics(text)
+    assert m == {"sglang:num_running_reqs": 7.0, "sglang:spec_accept_length": 2.5}
+    summary = summarize_metric_samples([m, {"sglang:num_running_reqs": 1.0}])
+    assert summary is not None
+    assert summary["max_running_requests"] == 7.0 and summary["mean_running_requests"] == 4.0

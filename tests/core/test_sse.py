@@ -1,0 +1,62 @@
+"""SSE framing on bytes: every split point, CRLF, U+2028, comments, multi-line data."""
+
+from __future__ import annotations
+
+import orjson
+
+from pytest_llmperf.sse import DONE, SSEDecoder, split_events
+
+EVENTS = [
+    orjson.dumps(
+        {"text": "line\u2028sep\u2029para\u0085nel", "meta_info": {"completion_tokens": 1}}
+    ),
+    orjson.dumps({"text": "two", "meta_info": {"completion_tokens": 3}}),
+    DONE,
+]
+
+
+def _body(sep: bytes = b"\n") -> bytes:
+    return b"".join(b"data: " + e + sep + sep for e in EVENTS)
+
+
+def _feed_split(body: bytes, cut: int) -> list[bytes]:
+    dec = SSEDecoder()
+    return dec.feed(body[:cut]) + dec.feed(body[cut:])
+
+
+def test_u2028_stays_inside_the_json() -> None:
+    out = split_events(_body())
+    assert out == EVENTS
+    assert orjson.loads(out[0])["text"] == "line\u2028sep\u2029para\u0085nel"
+
+
+def test_every_split_point_gives_the_same_events() -> None:
+    for sep in (b"\n", b"\r\n"):
+        body = _body(sep)
+        for cut in range(len(body) + 1):
+            assert _feed_split(body, cut) == EVENTS, (sep, cut)
+
+
+def test_byte_by_byte_crlf() -> None:
+    dec = SSEDecoder()
+    out: list[bytes] = []
+    for b in _body(b"\r\n"):
+        out += dec.feed(bytes([b]))
+    assert out == EVENTS
+    assert dec.pending == b""
+
+
+def test_lone_cr_line_endings() -> None:
+    # A trailing CR may be half a CRLF, so an event ending the buffer waits for the next byte.
+    assert split_events(b"data: a\r\rdata: b\r\r:") == [b"a", b"b"]
+
+
+def test_comments_fields_and_multiline_data() -> None:
+    body = b": keep-alive\n\nevent: message\nid: 7\ndata: x\ndata:y\n\ndata: [DONE]\n\n"
+    assert split_events(body) == [b"x\ny", DONE]
+
+
+def test_incomplete_event_is_pending_not_emitted() -> None:
+    dec = SSEDecoder()
+    assert dec.feed(b'data: {"a":1}\n\ndata: {"b"') == [b'{"a":1}']
+    assert dec.pending == b'data: {"b"'

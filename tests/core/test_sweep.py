@@ -1,0 +1,112 @@
+"""Sweeps against the local fake server: closed-loop concurrency, per-level probes, notes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pytest_llmperf.results import Workload
+from pytest_llmperf.sweep import (
+    Progress,
+    SweepError,
+    run_level,
+    run_sweep,
+    run_sweep_async,
+    validate_levels,
+)
+
+from .fake_server import FakeServer
+
+SMALL = Workload(input_len=16, output_len=12)
+
+
+def test_closed_loop_keeps_exactly_c_in_flight(fake_server: FakeServer) -> None:
+    fake_server.config.step_s = 0.004
+    lv = run_level(fake_server.url, 8, SMALL, warmup=False)
+    assert fake_server.state.max_running == 8  # never more than C (and C was reached)
+    assert lv.num_requests == 16 == fake_server.state.requests
+    assert lv.completed == 16 and lv.total_output_tokens == 16 * 12
+    assert 1.0 < lv.concurrency <= 8.0 + 1e-9
+
+
+def test_sweep_levels_probes_and_notes(fake_server: FakeServer) -> None:
+    fake_server.config.cap = 4
+    fake_server.config.accept_length = 2.25
+    fake_server.config.tokens_per_event = (1, 3)
+    seen: list[Progress] = []
+    result = run_sweep(fake_server.url, [1, 8], SMALL, progress=seen.append, config_name="t")
+    assert result.config == "t" and result.server.max_running_requests == 4
+    assert [lv.max_concurrency for lv in result.levels] == [1, 8]
+    assert fake_server.state.requests == 1 + 4 + 16  # warm-up, then 4 at C=1, 2*C above
+    assert fake_server.state.flushes == 2  # once before each level
+    c1, c8 = result.levels
+    assert not c1.queueing and c8.queueing
+    assert "C=8 > max running requests 4: queueing" in c8.notes
+    assert c1.accept_length == 2.25
+    assert c8.client is not None and c8.client.transport.startswith("httpx+aiohttp")
+    done = [p for p in seen if p.phase == "level-done"]
+    assert [(p.concurrency, p.done, p.total) for p in done] == [(1, 4, 4), (8, 16, 16)]
+
+
+def test_same_prompts_at_every_level(fake_server: FakeServer) -> None:
+    run_sweep(fake_server.url, [2, 4], SMALL)
+    bodies = [b["input_ids"] for b in fake_server.state.bodies[1:]]  # skip warm-up
+    level2, level4 = {tuple(b) for b in bodies[:4]}, {tuple(b) for b in bodies[4:]}
+    assert level2 < level4
+    assert len(level4) == 8
+
+
+def test_legacy_server_info_and_busy_flush(fake_server: FakeServer) -> None:
+    fake_server.config.legacy_info_only = True
+    fake_server.config.flush_status = 400
+    result = run_sweep(fake_server.url, [2], SMALL)
+    assert result.server.version == "0.0-fake"
+    assert any("flush_cache refused" in n for n in result.levels[0].notes)
+
+
+def test_failed_requests_counted_not_measured(fake_server: FakeServer) -> None:
+    fake_server.config.scenario = "cut"
+    fake_server.config.fail_every = 3
+    lv = run_level(fake_server.url, 4, SMALL, warmup=False)
+    assert lv.failed == 2 and lv.completed == 6
+    assert lv.total_output_tokens == 6 * 12
+    assert lv.errors and "stream cut" in lv.errors[0]
+
+
+def test_warmup_failure_raises(fake_server: FakeServer) -> None:
+    fake_server.config.scenario = "http_500"
+    with pytest.raises(SweepError, match="warm-up request .* failed: HTTP 500"):
+        run_sweep(fake_server.url, [1], SMALL)
+
+
+def test_unreachable_server_raises_sweep_error() -> None:
+    with pytest.raises(SweepError, match="warm-up"):
+        run_sweep("http://127.0.0.1:9", [1], SMALL)
+
+
+def test_open_loop_poisson_records_schedule_lag(fake_server: FakeServer) -> None:
+    w = Workload(input_len=16, output_len=8, request_rate=200.0, requests_per_level=20)
+    lv = run_level(fake_server.url, 4, w, warmup=False)
+    assert lv.completed == 20 and lv.schedule_lag_p99_ms is not None
+    assert any("open loop" in n for n in lv.notes)
+
+
+def test_run_sweep_works_inside_a_running_loop(fake_server: FakeServer) -> None:
+    async def inside() -> int:
+        return len(run_sweep(fake_server.url, [1], SMALL).levels)
+
+    assert asyncio.run(inside()) == 1
+
+
+def test_async_api_and_metrics_scrape(fake_server: FakeServer) -> None:
+    fake_server.config.step_s = 0.06
+    result = asyncio.run(run_sweep_async(fake_server.url, [2], SMALL, scrape_metrics=True))
+    metrics = result.levels[0].server_metrics
+    assert metrics is not None and metrics["max_running_requests"] >= 1
+
+
+@pytest.mark.parametrize("levels", [[], [0], [4, -1]])
+def test_bad_levels_rejected(levels: list[int]) -> None:
+    with pytest.raises(ValueError, match="concurrency|levels"):
+        validate_levels(levels)

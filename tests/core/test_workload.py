@@ -1,0 +1,62 @@
+"""Prompts are deterministic, distinct per request and identical across levels and runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmperf.results import Workload
+from pytest_llmperf.workload import (
+    TOKEN_ID_HIGH,
+    TOKEN_ID_LOW,
+    build_prompts,
+    poisson_offsets,
+    prompt_ids,
+    prompt_text,
+    warmup_prompt,
+)
+
+
+def test_same_seed_same_prompts_and_prefix_of_bigger_levels() -> None:
+    w = Workload(input_len=50)
+    small, big = build_prompts(w, 4), build_prompts(w, 256)
+    assert small == big[:4]
+    assert build_prompts(w, 256) == big
+
+
+def test_lengths_and_range() -> None:
+    for ids in build_prompts(Workload(input_len=1000), 8):
+        assert isinstance(ids, list)
+        assert len(ids) == 1000
+        assert all(TOKEN_ID_LOW <= t < TOKEN_ID_HIGH for t in ids)
+    assert prompt_ids(3, 1) == [TOKEN_ID_LOW + 3]
+
+
+def test_first_tokens_all_distinct_so_no_shared_prefix() -> None:
+    prompts = build_prompts(Workload(input_len=20), 4096)
+    firsts = {p[0] for p in prompts}
+    assert len(firsts) == 4096
+    warm = warmup_prompt(Workload(input_len=20))
+    assert isinstance(warm, list) and warm[0] not in firsts
+
+
+def test_seed_changes_the_prompt_body() -> None:
+    assert prompt_ids(0, 100, seed=0) != prompt_ids(0, 100, seed=1)
+
+
+def test_chat_prompts_are_deterministic_text() -> None:
+    w = Workload(backend="openai-chat", input_len=100)
+    prompts = build_prompts(w, 3)
+    assert all(isinstance(p, str) for p in prompts)
+    assert prompts == build_prompts(w, 3)
+    assert len(set(prompts)) == 3
+    assert len(prompt_text(0, 100).split()) == 100
+
+
+def test_poisson_offsets_seeded_and_increasing() -> None:
+    a = poisson_offsets(10.0, 200, seed=1)
+    assert a == poisson_offsets(10.0, 200, seed=1)
+    assert a[0] == 0.0 and all(y >= x for x, y in zip(a, a[1:], strict=False))
+    # mean gap close to 1/rate for 200 draws (loose: a property, not a flaky timing check)
+    assert 0.07 < a[-1] / 199 < 0.13
+    with pytest.raises(ValueError):
+        poisson_offsets(0.0, 3)
