@@ -103,7 +103,9 @@ def parse_fraction(text: Any) -> float:
     raw = str(text).strip()
     value = _float(raw[:-1]) / 100 if raw.endswith("%") else _float(raw)
     if not 0 < value < 1:
-        raise ValueError(f"a tolerance must be between 0 and 1 (exclusive), e.g. 0.05 or 5%, got {raw}")
+        raise ValueError(
+            f"a tolerance must be between 0 and 1 (exclusive), e.g. 0.05 or 5%, got {raw}"
+        )
     return value
 
 
@@ -125,7 +127,9 @@ def parse_tolerances(text: Any) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in pairs:
         if name != "*" and name not in METRICS:
-            raise ValueError(f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+            raise ValueError(
+                f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
+            )
         try:
             out[name] = parse_fraction(value)
         except ValueError as exc:
@@ -141,7 +145,9 @@ def parse_metrics(text: Any) -> tuple[str, ...]:
         raise ValueError("the list of metrics is empty")
     for name in names:
         if name not in METRICS:
-            raise ValueError(f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+            raise ValueError(
+                f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
+            )
     return names
 
 
@@ -186,43 +192,138 @@ class Setting:
         return "llmperf_" + self.name
 
 
-DEFAULT_TOLERANCES: dict[str, float] = {
-    "output_throughput": 0.05,
-    "per_request_throughput": 0.05,
-    "median_ttft_ms": 0.15,
-    "median_tpot_ms": 0.10,
-    "*": 0.10,
-}
-
 SETTINGS: tuple[Setting, ...] = (
-    Setting("config", _str, None, "suite file declaring servers, sweep and gates (default: nearest llmperf.toml)"),
-    Setting("url", _str, None, "attach to a running SGLang server at this URL instead of launching one"),
-    Setting("api_key", _str, None, "API key for an attached server (prefer the env var LLMPERF_API_KEY)", cli=True),
-    Setting("levels", parse_levels, (1, 4, 16, 32, 64, 128), "concurrency levels, e.g. 1,4,16", marker=True),
+    Setting(
+        "config",
+        _str,
+        None,
+        "suite file declaring servers, sweep and gates (default: nearest llmperf.toml)",
+    ),
+    Setting(
+        "url", _str, None, "attach to a running SGLang server at this URL instead of launching one"
+    ),
+    Setting(
+        "api_key",
+        _str,
+        None,
+        "API key for an attached server (prefer the env var LLMPERF_API_KEY)",
+        cli=True,
+    ),
+    Setting(
+        "levels",
+        parse_levels,
+        (1, 4, 16, 32, 64, 128),
+        "concurrency levels, e.g. 1,4,16",
+        marker=True,
+    ),
     Setting("input_len", _positive_int, 1000, "prompt tokens per request", marker=True),
-    Setting("output_len", _positive_int, 1000, "output tokens per request (ignore_eos)", marker=True),
-    Setting("requests", _positive_int, None, "requests per level (default: 4 at C=1, 2*C above)", marker=True),
-    Setting("backend", _choice("sglang", "openai", "openai-chat"), "sglang", "API to load: sglang (/generate), openai, openai-chat", marker=True),
+    Setting(
+        "output_len", _positive_int, 1000, "output tokens per request (ignore_eos)", marker=True
+    ),
+    Setting(
+        "requests",
+        _positive_int,
+        None,
+        "requests per level (default: 4 at C=1, 2*C above)",
+        marker=True,
+    ),
+    Setting(
+        "backend",
+        _choice("sglang", "openai", "openai-chat"),
+        "sglang",
+        "API to load: sglang (/generate), openai, openai-chat",
+        marker=True,
+    ),
     Setting("seed", _int, 0, "seed of the deterministic prompts", marker=True),
-    Setting("request_timeout", _positive_float, 600.0, "total deadline of one request, seconds", marker=True),
-    Setting("repeat", _positive_int, 1, "measure each point N times (noise-aware verdicts)", marker=True),
-    Setting("max_reruns", _nonneg_int, 2, "re-runs of an inconclusive point before it is judged", marker=True),
-    Setting("metrics", parse_metrics, ("output_throughput", "per_request_throughput", "median_ttft_ms", "median_tpot_ms"), "metrics compared with the baseline", marker=True),
-    Setting("tolerance", parse_tolerances, {}, "per-metric tolerances, e.g. output_throughput=5%,median_ttft_ms=15%", marker=True),
-    Setting("baseline_dir", _str, "baselines", "directory of baseline JSON files (relative to the rootdir)"),
-    Setting("hardware", _str, None, "hardware key for baselines (default: detected GPUs, or sim-<profile>)"),
-    Setting("update", _bool, False, "record new or changed baselines and delete unused ones", flag=True),
+    Setting(
+        "request_timeout",
+        _positive_float,
+        600.0,
+        "total deadline of one request, seconds",
+        marker=True,
+    ),
+    Setting(
+        "repeat", _positive_int, 1, "measure each point N times (noise-aware verdicts)", marker=True
+    ),
+    Setting(
+        "max_reruns",
+        _nonneg_int,
+        2,
+        "re-runs of an inconclusive point before it is judged",
+        marker=True,
+    ),
+    Setting(
+        "metrics",
+        parse_metrics,
+        None,
+        "metrics compared with the baseline (default: throughput, per-request tok/s, "
+        "TTFT/ITL p50, accept length)",
+        marker=True,
+    ),
+    Setting(
+        "tolerance",
+        parse_tolerances,
+        {},
+        "per-metric tolerances, e.g. output_throughput=5%,median_ttft_ms=15%",
+        marker=True,
+    ),
+    Setting(
+        "baseline_dir",
+        _str,
+        "baselines",
+        "directory of baseline JSON files (relative to the rootdir)",
+    ),
+    Setting(
+        "hardware",
+        _str,
+        None,
+        "hardware key for baselines (default: detected GPUs, or sim-<profile>)",
+    ),
+    Setting(
+        "update", _bool, False, "record new or changed baselines and delete unused ones", flag=True
+    ),
     Setting("warn_unused", _bool, False, "only warn about unused baseline entries", flag=True),
-    Setting("require_real", _bool, False, "refuse to fall back to the simulated server (GPU CI)", flag=True),
-    Setting("simulate", _bool, False, "always launch the simulated server, even if SGLang is installed", flag=True),
+    Setting(
+        "require_real",
+        _bool,
+        False,
+        "refuse to fall back to the simulated server (GPU CI)",
+        flag=True,
+    ),
+    Setting(
+        "simulate",
+        _bool,
+        False,
+        "always launch the simulated server, even if SGLang is installed",
+        flag=True,
+    ),
     Setting("sim_profile", _str, None, "simulator profile for every server (overrides the suite)"),
-    Setting("sim_args", _str, None, "extra flags appended to every simulated server, e.g. '--sim-jitter 0.03'"),
-    Setting("launch_timeout", _positive_float, None, "seconds a launched server has to become healthy (default 600)"),
+    Setting(
+        "sim_args",
+        _str,
+        None,
+        "extra flags appended to every simulated server, e.g. '--sim-jitter 0.03'",
+    ),
+    Setting(
+        "launch_timeout",
+        _positive_float,
+        None,
+        "seconds a launched server has to become healthy (default 600)",
+    ),
     Setting("output_dir", _str, "llmperf-results", "where results JSON, server logs and plots go"),
-    Setting("invalid", _choice("skip", "fail"), "skip", "what an invalid measurement does to its test: skip or fail"),
-    Setting("plots", _bool, False, "write PNG plots to the output dir (needs matplotlib)", flag=True),
+    Setting(
+        "invalid",
+        _choice("skip", "fail"),
+        "skip",
+        "what an invalid measurement does to its test: skip or fail",
+    ),
+    Setting(
+        "plots", _bool, False, "write PNG plots to the output dir (needs matplotlib)", flag=True
+    ),
     Setting("details", _bool, False, "keep per-request details in the results JSON", flag=True),
-    Setting("scrape_metrics", _bool, False, "scrape the server's /metrics during each level", flag=True),
+    Setting(
+        "scrape_metrics", _bool, False, "scrape the server's /metrics during each level", flag=True
+    ),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
@@ -273,10 +374,3 @@ def check_marker_keys(kwargs: Mapping[str, Any], where: str) -> None:
             f"{where}: unknown llmperf marker argument(s) {', '.join(unknown)}; "
             f"allowed: {', '.join(sorted(allowed))}"
         )
-
-
-def tolerances(overrides: Mapping[str, float]) -> dict[str, float]:
-    """Defaults merged with overrides; ``"*"`` is the fallback for unlisted metrics."""
-    merged = dict(DEFAULT_TOLERANCES)
-    merged.update(overrides)
-    return merged

@@ -1,0 +1,64 @@
+"""pytest-xdist glue: workers ship their results to the controller, which reports once.
+
+Registered only when xdist is loaded (the "DeferPlugin" pattern syrupy and pytest-randomly
+use), so the plugin works without xdist installed. The payload crosses execnet as one string:
+our own comparison objects, pickled by the same installed code on both sides.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_llmperf.plugin import _State
+
+PAYLOAD_KEY = "llmperf"
+
+
+def worker_payload(state: _State) -> dict[str, Any]:
+    """What a worker sends: sweeps, verdicts and pending baseline writes (no live objects)."""
+    body = {
+        "sweeps": [s.model_dump(mode="json") for s in state.sweeps],
+        "points": state.points,
+        "gates": state.gates,
+        "crossovers": state.crossovers,
+        "invalid": state.invalid,
+        "store": state.store.to_dict() if state.store is not None else None,
+    }
+    return {"pickle": base64.b64encode(pickle.dumps(body)).decode("ascii")}
+
+
+def merge_payloads(state: _State) -> None:
+    """Fold every worker's payload into the controller's state (called once, at the end)."""
+    from pytest_llmperf.baseline import BaselineStore
+    from pytest_llmperf.results import SweepResult
+
+    for payload in state.worker_payloads:
+        body = pickle.loads(base64.b64decode(payload["pickle"]))
+        state.sweeps.extend(SweepResult.model_validate(s) for s in body["sweeps"])
+        for config, points in body["points"].items():
+            state.points.setdefault(config, []).extend(points)
+        state.gates.extend(body["gates"])
+        state.crossovers.extend(body["crossovers"])
+        state.invalid.extend(body["invalid"])
+        if body["store"] is not None:
+            if state.store is None:
+                state.store = BaselineStore.from_dict(body["store"])
+            else:
+                state.store.merge_dict(body["store"])
+    state.sweeps.sort(key=lambda s: s.config)
+    state.worker_payloads.clear()
+
+
+class XdistHooks:
+    """Controller-side hooks that exist only when xdist is installed."""
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        from pytest_llmperf.plugin import STATE
+
+        output = getattr(node, "workeroutput", {}) or {}
+        payload = output.get(PAYLOAD_KEY)
+        if payload:
+            node.config.stash[STATE].worker_payloads.append(payload)

@@ -1,0 +1,291 @@
+"""The state of one perf run: which servers are up, what each point measured.
+
+This is the core behind the pytest fixtures, usable without pytest: a test asks for a point
+(config, workload, C); the run launches that config's server if needed (one server at a time,
+since two real servers rarely fit on one GPU slice), measures the level once and caches it, so
+several tests asserting on one point cost one measurement.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+from pytest_llmperf import gpus
+from pytest_llmperf.config import ServerConfig
+from pytest_llmperf.hardware import detect_gpus, hardware_key
+from pytest_llmperf.launcher import (
+    LaunchError,
+    ServerHandle,
+    attach,
+    launch,
+    sglang_available,
+)
+from pytest_llmperf.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.server_probe import get_server_info, server_facts
+from pytest_llmperf.suite import Suite
+from pytest_llmperf.sweep import Progress, run_in_own_loop, run_level
+
+Mode = Literal["launched", "attached", "simulated"]
+PROBE_TIMEOUT_S = 30.0
+
+
+class PointError(RuntimeError):
+    """A point could not be measured (server failed to start, died, or the level errored)."""
+
+
+def parse_url_map(text: str | None) -> tuple[str | None, dict[str, str]]:
+    """``--llmperf-url``: one URL for every config, or ``plain=URL,mtp=URL`` per config."""
+    if not text:
+        return None, {}
+    if "=" not in text.split("://", 1)[0]:
+        return text.rstrip("/"), {}
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, url = part.partition("=")
+        if not sep or not url.strip():
+            raise ValueError(f"{part!r} is not config=URL (e.g. plain=http://127.0.0.1:30000)")
+        out[name.strip()] = url.strip().rstrip("/")
+    return None, out
+
+
+@dataclass
+class _ConfigState:
+    handle: ServerHandle | None = None
+    facts: ServerFacts | None = None
+    error: str | None = None
+    warmed: bool = False
+
+
+@dataclass
+class PerfRun:
+    """Servers and measurements of one session (or one xdist worker)."""
+
+    suite: Suite
+    output_dir: Path
+    url: str | None = None
+    api_key: str | None = None
+    simulate: bool = False
+    require_real: bool = False
+    sim_profile: str | None = None
+    sim_args: str | None = None
+    launch_timeout_s: float | None = None
+    hardware_override: str | None = None
+    details: bool = False
+    scrape_metrics: bool = False
+    progress: Callable[[str, Progress], None] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    _states: dict[str, _ConfigState] = field(default_factory=dict)
+    _samples: dict[tuple[str, Workload, int], list[LevelResult]] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _gpu_names: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        self._default_url, self._url_map = parse_url_map(self.url)
+        unknown = sorted(set(self._url_map) - {s.name for s in self.suite.servers})
+        if unknown:
+            raise ValueError(
+                f"--llmperf-url names unknown config(s) {', '.join(unknown)}; "
+                f"the suite has {', '.join(s.name for s in self.suite.servers)}"
+            )
+
+    # -- where and how a config runs ------------------------------------------------------
+    def url_for(self, config: str) -> str | None:
+        return self._url_map.get(config, self._default_url)
+
+    def mode_for(self, config: str) -> Mode:
+        """How ``config``'s server is reached; decided before anything is launched."""
+        if self.url_for(config):
+            return "attached"
+        if self.simulate:
+            return "simulated"
+        if sglang_available():
+            return "launched"
+        if self.require_real:
+            raise PointError(
+                f"config {config!r}: SGLang is not installed in {sys.executable} and "
+                "--llmperf-require-real refuses the simulated server"
+            )
+        return "simulated"
+
+    def sim_profile_for(self, config: ServerConfig) -> str:
+        from pytest_llmperf.sim.profile import DEFAULT_PROFILE
+
+        return self.sim_profile or config.sim_profile or DEFAULT_PROFILE
+
+    def hardware_for(self, config: str) -> str:
+        """The baseline key of the hardware this config runs on."""
+        cfg = self.suite.server(config)
+        if self.hardware_override:
+            return hardware_key([], override=self.hardware_override)
+        if self.mode_for(config) == "simulated":
+            profile = Path(self.sim_profile_for(cfg)).stem
+            return hardware_key([], sim_profile=profile.removeprefix("sim-"))
+        if self._gpu_names is None:
+            self._gpu_names = [g.name for g in detect_gpus()]
+        return hardware_key(self._gpu_names, max(cfg.gpus, 1) if self._gpu_names else None)
+
+    # -- servers ----------------------------------------------------------------------------
+    def _state(self, config: str) -> _ConfigState:
+        return self._states.setdefault(config, _ConfigState())
+
+    def _launch_config(self, cfg: ServerConfig, mode: Mode) -> ServerConfig:
+        if mode != "simulated":
+            return cfg
+        extra = ["--sim-profile", self.sim_profile_for(cfg)]
+        if self.sim_args:
+            extra += shlex.split(self.sim_args)
+        return cfg.model_copy(update={"args": (*cfg.args, *extra), "sim_profile": None})
+
+    def server(self, config: str) -> ServerHandle:
+        """The live server of ``config``, launching it (and stopping any other) if needed."""
+        with self._lock:
+            state = self._state(config)
+            if state.error:
+                raise PointError(state.error)
+            if state.handle is not None and not state.handle.closed:
+                code = state.handle.poll()
+                if code is None:
+                    return state.handle
+                state.error = self._died_message(config, state.handle, code)
+                raise PointError(state.error)
+            cfg = self.suite.server(config)
+            mode = self.mode_for(config)
+            try:
+                if mode == "attached":
+                    url = self.url_for(config)
+                    assert url is not None
+                    handle = attach(url, api_key=self.api_key)
+                else:
+                    self.stop_all()  # one launched server at a time per worker
+                    index = gpus.worker_index(self.env)
+                    count = gpus.worker_count(self.env)
+                    if self._gpu_names is None:
+                        self._gpu_names = (
+                            [] if mode == "simulated" else [g.name for g in detect_gpus()]
+                        )
+                    gpu_ids = gpus.gpu_ids_for_worker(
+                        index, count, len(self._gpu_names), cfg.gpus, simulate=mode == "simulated"
+                    )
+                    handle = launch(
+                        self._launch_config(cfg, mode),
+                        log_dir=self.output_dir / "logs",
+                        simulate=mode == "simulated",
+                        require_real=self.require_real,
+                        gpu_ids=gpu_ids,
+                        health_timeout_s=self.launch_timeout_s,
+                        port_range=gpus.port_range_for_worker(index),
+                    )
+            except (LaunchError, ValueError) as exc:
+                state.error = f"config {config!r}: server did not start: {exc}"
+                raise PointError(state.error) from None
+            state.handle = handle
+            state.facts = self._probe(handle, mode)
+            return handle
+
+    def _died_message(self, config: str, handle: ServerHandle, code: int) -> str:
+        return (
+            f"config {config!r}: the server exited with code {code} during the run; "
+            f"log: {handle.log_path}\n--- last lines of the server log ---\n{handle.log_tail(30)}"
+        )
+
+    def _probe(self, handle: ServerHandle, mode: Mode) -> ServerFacts:
+        async def probe() -> ServerFacts:
+            async with httpx.AsyncClient(
+                base_url=handle.url, headers=handle.auth_headers, timeout=PROBE_TIMEOUT_S
+            ) as http:
+                info = await get_server_info(http)
+            return server_facts(info, url=handle.url, mode=mode)
+
+        return run_in_own_loop(probe, timeout_s=PROBE_TIMEOUT_S * 3)
+
+    def facts(self, config: str) -> ServerFacts | None:
+        return self._state(config).facts
+
+    def stop(self, config: str) -> None:
+        state = self._states.get(config)
+        if state and state.handle is not None:
+            state.handle.close()
+            state.warmed = False
+
+    def stop_all(self) -> None:
+        for name in list(self._states):
+            self.stop(name)
+
+    close = stop_all
+
+    # -- measurements -----------------------------------------------------------------------
+    def samples(self, config: str, workload: Workload, concurrency: int) -> list[LevelResult]:
+        return list(self._samples.get((config, workload, concurrency), []))
+
+    def measure(self, config: str, workload: Workload, concurrency: int) -> LevelResult:
+        """Measure the level once more and keep the sample."""
+        with self._lock:
+            handle = self.server(config)
+            state = self._state(config)
+
+            def report(p: Progress) -> None:
+                if self.progress is not None:
+                    self.progress(config, p)
+
+            t0 = time.monotonic()
+            try:
+                level = run_level(
+                    handle.url,
+                    concurrency,
+                    workload,
+                    api_key=handle.api_key,
+                    progress=report,
+                    details=self.details,
+                    scrape_metrics=self.scrape_metrics,
+                    warmup=not state.warmed,
+                )
+            except Exception as exc:
+                code = handle.poll()
+                if code is not None:
+                    state.error = self._died_message(config, handle, code)
+                    raise PointError(state.error) from None
+                raise PointError(
+                    f"config {config!r} at C={concurrency}: the level could not be measured "
+                    f"after {time.monotonic() - t0:.1f} s: {type(exc).__name__}: {exc}"
+                ) from None
+            state.warmed = True
+            code = handle.poll()
+            if code is not None:
+                # Requests failed because the server died: say so instead of blaming the numbers.
+                state.error = self._died_message(config, handle, code)
+                level.notes.append(f"server exited with code {code} during this level")
+            self._samples.setdefault((config, workload, concurrency), []).append(level)
+            return level
+
+    def ensure(
+        self, config: str, workload: Workload, concurrency: int, n: int
+    ) -> list[LevelResult]:
+        """At least ``n`` samples of the point (measuring only what is missing)."""
+        for _ in range(max(0, n - len(self.samples(config, workload, concurrency)))):
+            self.measure(config, workload, concurrency)
+        return self.samples(config, workload, concurrency)
+
+    def sweep(self, config: str, workload: Workload) -> SweepResult:
+        """The levels measured so far for ``config`` (first sample of each level)."""
+        levels = sorted(
+            (s[0] for (c, w, _), s in self._samples.items() if c == config and w == workload and s),
+            key=lambda lv: lv.max_concurrency,
+        )
+        facts = self.facts(config) or ServerFacts(mode=self.mode_for(config))
+        return SweepResult(config=config, server=facts, workload=workload, levels=levels)
+
+    def all_sweeps(self) -> list[SweepResult]:
+        keys = sorted({(c, w) for (c, w, _) in self._samples}, key=lambda k: (k[0], k[1].key()))
+        return [self.sweep(c, w) for c, w in keys]

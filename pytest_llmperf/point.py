@@ -1,0 +1,347 @@
+"""What a perf test holds: a measured point, a gate, a crossover, each with an assert method.
+
+These objects turn verdicts from ``compare``/``gates`` into pytest outcomes (fail, skip,
+warning) with messages a reviewer can paste into a PR. ``__tracebackhide__`` keeps the
+traceback at the user's test line, not inside the plugin.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, NoReturn
+
+import pytest
+
+from pytest_llmperf.baseline import (
+    SWEEP_LEVEL,
+    BaselineEntry,
+    BaselineStore,
+    EntryKey,
+    Provenance,
+    entry_from_levels,
+    summarize,
+)
+from pytest_llmperf.compare import PointComparison, Verdict, compare_point
+from pytest_llmperf.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
+from pytest_llmperf.metric_defs import METRICS
+from pytest_llmperf.perfrun import PerfRun, PointError
+from pytest_llmperf.report import junit_properties, redact, redact_args
+from pytest_llmperf.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.suite import CrossoverSpec
+
+# Recorded in every new baseline entry; only ``metrics`` (or compare's defaults) are gated.
+RECORDED_METRICS: tuple[str, ...] = tuple(
+    m
+    for m in METRICS
+    if m not in ("goodput", "crossover_concurrency", "max_concurrency_within_slo")
+)
+
+
+@cache
+def git_commit() -> str | None:
+    """The checkout's commit, for baseline provenance (None outside git)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _provenance(run: PerfRun, config: str) -> Provenance:
+    facts = run.facts(config)
+    if facts is None:
+        return Provenance(git_commit=git_commit())
+    return Provenance(
+        sglang_version=facts.version,
+        server_args=redact_args(dict(facts.server_args)),
+        model_path=facts.model_path,
+        sim_profile=facts.sim_profile,
+        gpu=None if facts.mode == "simulated" else run.hardware_for(config),
+        git_commit=git_commit(),
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    __tracebackhide__ = True
+    pytest.fail(redact(message), pytrace=False)
+
+
+@dataclass
+class Point:
+    """One (config, concurrency) point: its samples and the baseline assertion."""
+
+    config: str
+    concurrency: int
+    workload: Workload
+    run: PerfRun
+    store: BaselineStore
+    repeat: int = 1
+    max_reruns: int = 2
+    metrics: Sequence[str] | None = None
+    tolerances: dict[str, float] = field(default_factory=dict)
+    update: bool = False
+    invalid_policy: str = "skip"
+    node: Any = None
+    on_compared: Callable[[PointComparison], None] | None = None
+    on_invalid: Callable[[str], None] | None = None
+    samples: list[LevelResult] = field(default_factory=list)
+    comparison: PointComparison | None = None
+
+    def measure(self) -> None:
+        """Measure (or reuse) ``repeat`` samples of this point."""
+        __tracebackhide__ = True
+        try:
+            self.samples = self.run.ensure(
+                self.config, self.workload, self.concurrency, self.repeat
+            )
+        except PointError as exc:
+            _fail(str(exc))
+
+    @property
+    def result(self) -> LevelResult:
+        """The first sample: the numbers the summary table shows."""
+        return self.samples[0]
+
+    @property
+    def key(self) -> EntryKey:
+        return EntryKey(
+            self.run.hardware_for(self.config), self.config, self.workload.key(), self.concurrency
+        )
+
+    def compare(self) -> PointComparison:
+        """Compare with the baseline, re-measuring an inconclusive point up to ``max_reruns``."""
+        entry = self.store.get(self.key)
+        tol = self.tolerances or None
+        pc = compare_point(
+            self.config,
+            self.samples,
+            entry,
+            workload=self.workload,
+            metrics=self.metrics,
+            tolerances=tol,
+        )
+        for _ in range(self.max_reruns):
+            if pc.verdict != Verdict.INCONCLUSIVE or self.update:
+                break
+            try:
+                self.run.measure(self.config, self.workload, self.concurrency)
+            except PointError:
+                break
+            self.samples = self.run.samples(self.config, self.workload, self.concurrency)
+            pc = compare_point(
+                self.config,
+                self.samples,
+                entry,
+                workload=self.workload,
+                metrics=self.metrics,
+                tolerances=tol,
+            )
+        self.comparison = pc
+        return pc
+
+    def assert_baseline(self) -> None:
+        """Fail when a gated metric regressed beyond tolerance and beyond noise.
+
+        Missing baseline: fail with the command that records it. ``--llmperf-update``: record
+        new or changed entries and pass. Invalid measurement: skip (or fail, by setting).
+        """
+        __tracebackhide__ = True
+        pc = self.compare()
+        if self.node is not None:
+            self.node.user_properties.extend(junit_properties(point=pc))
+        if self.on_compared is not None:
+            self.on_compared(pc)
+        if pc.verdict == Verdict.INVALID:
+            message = pc.message()
+            if self.on_invalid is not None:
+                self.on_invalid(message)
+            if self.update or self.invalid_policy == "fail":
+                _fail(f"INVALID measurement (not recorded, not judged): {message}")
+            pytest.skip(f"llmperf INVALID measurement: {redact(message)}")
+        if self.update:
+            if pc.verdict != Verdict.PASS or pc.stale:
+                self._record()
+            return
+        if pc.verdict == Verdict.MISSING:
+            nodeid = self.node.nodeid if self.node is not None else ""
+            _fail(f"{pc.message()}\n  record it: pytest '{nodeid}' --llmperf-update")
+        if pc.verdict == Verdict.FAIL:
+            _fail(pc.message())
+        from pytest_llmperf.plugin import warn_inconclusive, warn_stale
+
+        if pc.verdict == Verdict.INCONCLUSIVE:
+            warn_inconclusive(pc.message())
+        for m in pc.stale:
+            warn_stale(m.message)
+
+    def _record(self) -> None:
+        facts = self.run.facts(self.config)
+        entry = entry_from_levels(
+            self.samples,
+            RECORDED_METRICS,
+            sglang_version=facts.version if facts else None,
+            git_commit=git_commit(),
+        )
+        old = self.store.get(self.key)
+        if old is not None and old.tolerance is not None:
+            entry = entry.model_copy(update={"tolerance": old.tolerance})  # hand-set, keep it
+        self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
+
+
+@dataclass
+class GateCheck:
+    """One cross-config gate at one concurrency."""
+
+    gate: Gate
+    concurrency: int
+    workload: Workload
+    run: PerfRun
+    node: Any = None
+    on_result: Callable[[GateResult], None] | None = None
+    result: GateResult | None = None
+    invalid_policy: str = "skip"
+
+    def evaluate(self) -> GateResult:
+        __tracebackhide__ = True
+        sweeps: dict[str, SweepResult] = {}
+        for name in (self.gate.config, self.gate.reference):
+            try:
+                samples = self.run.ensure(name, self.workload, self.concurrency, 1)
+            except PointError as exc:
+                _fail(str(exc))
+            sweep = self.run.sweep(name, self.workload)
+            sweeps[name] = sweep.model_copy(update={"levels": [samples[0]]})
+        self.result = evaluate_gate(self.gate, sweeps)
+        return self.result
+
+    def check(self) -> None:
+        """Fail with a sentence saying where, by how much and why the gate is not met."""
+        __tracebackhide__ = True
+        res = self.evaluate()
+        if self.node is not None:
+            self.node.user_properties.extend(junit_properties(gate=res))
+        if self.on_result is not None:
+            self.on_result(res)
+        if res.verdict == Verdict.INVALID:
+            if self.invalid_policy == "fail":
+                _fail(res.message())
+            pytest.skip(f"llmperf INVALID measurement: {redact(res.message())}")
+        if res.verdict != Verdict.PASS:
+            _fail(res.message())
+
+
+@dataclass
+class CrossoverCheck:
+    """The largest C where ``config`` still beats ``reference``, held to its baseline."""
+
+    spec: CrossoverSpec
+    levels: Sequence[int]
+    workload: Workload
+    run: PerfRun
+    store: BaselineStore
+    update: bool = False
+    node: Any = None
+    on_result: Callable[[tuple[str, int | None, int | None, str]], None] | None = None
+    value: int | None = None
+
+    def measure(self) -> int:
+        __tracebackhide__ = True
+        sweeps = []
+        for name in (self.spec.config, self.spec.reference):
+            for c in self.levels:
+                try:
+                    self.run.ensure(name, self.workload, c, 1)
+                except PointError as exc:
+                    _fail(str(exc))
+            sweeps.append(self.run.sweep(name, self.workload))
+        cross = crossover_concurrency(sweeps[0], sweeps[1], self.spec.metric)
+        self.value = cross or 0  # 0: it already loses at the smallest C
+        return self.value
+
+    @property
+    def key(self) -> EntryKey:
+        return EntryKey(
+            self.run.hardware_for(self.spec.config),
+            self.spec.config,
+            self.workload.key(),
+            SWEEP_LEVEL,
+        )
+
+    def assert_baseline(self) -> None:
+        """Fail when the crossover moved to a lower C than recorded (the config wins less)."""
+        __tracebackhide__ = True
+        value = self.measure()
+        entry = self.store.get(self.key)
+        summary = entry.metrics.get("crossover_concurrency") if entry else None
+        base = None if summary is None else int(summary.mean)
+        label = self.spec.label
+        verdict = "pass"
+        if self.node is not None:
+            self.node.user_properties.extend(
+                [("llmperf.crossover", str(value)), ("llmperf.crossover.baseline", str(base))]
+            )
+        if self.update:
+            if base != value:
+                self._record(value, entry)
+                verdict = "recorded"
+            self._report(value, base, verdict)
+            return
+        if base is None:
+            self._report(value, base, "missing")
+            nodeid = self.node.nodeid if self.node is not None else ""
+            _fail(
+                f"{label}: crossover concurrency C={value} has no baseline; record it: "
+                f"pytest '{nodeid}' --llmperf-update"
+            )
+        if value < base:
+            self._report(value, base, "fail")
+            _fail(self._why(value, base))
+        if value > base:
+            from pytest_llmperf.plugin import warn_stale
+
+            warn_stale(
+                f"{label}: crossover rose from C={base} to C={value}; {self.spec.config} now wins "
+                "at more concurrencies, the baseline is stale (re-record with --llmperf-update)"
+            )
+        self._report(value, base, verdict)
+
+    def _why(self, value: int, base: int) -> str:
+        cfg, ref, metric = self.spec.config, self.spec.reference, self.spec.metric
+        first_loss = min((c for c in self.levels if c > value), default=None)
+        msg = (
+            f"{self.spec.label}: crossover concurrency fell from C={base} to C={value}: "
+            f"{cfg} no longer beats {ref} on {metric}"
+        )
+        if first_loss is not None:
+            a = self.run.sweep(cfg, self.workload).level(first_loss)
+            b = self.run.sweep(ref, self.workload).level(first_loss)
+            if a is not None and b is not None:
+                va, vb = a.metric_value(metric), b.metric_value(metric)
+                if va is not None and vb:
+                    msg += (
+                        f" at C={first_loss} ({va:.1f} vs {vb:.1f}, {100 * (va - vb) / vb:+.1f} %)"
+                    )
+                cap = a.server_max_running_requests
+                if cap is not None and first_loss > cap:
+                    msg += (
+                        f"; {cfg}'s server caps running requests at {cap} (C={first_loss} queues)"
+                    )
+        return msg
+
+    def _record(self, value: int, old: BaselineEntry | None) -> None:
+        summary = summarize("crossover_concurrency", [float(value)], reference=self.spec.reference)
+        entry = BaselineEntry(metrics={"crossover_concurrency": summary})
+        if old is not None:
+            entry = old.model_copy(
+                update={"metrics": {**old.metrics, "crossover_concurrency": summary}}
+            )
+        self.store.queue_update(self.key, entry, _provenance(self.run, self.spec.config))
+
+    def _report(self, value: int, base: int | None, verdict: str) -> None:
+        if self.on_result is not None:
+            self.on_result((self.spec.label, value, base, verdict))

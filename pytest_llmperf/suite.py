@@ -1,0 +1,230 @@
+"""A perf suite's own file (``llmperf.toml``): its servers, its sweep, its gates.
+
+The file lives with the suite, not in the plugin, so a team edits model, flags and levels for
+its GPU runner without touching Python. Every section is validated and errors name the file
+and the field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pytest_llmperf.config import ConfigError, ServerConfig, server_configs_from_data
+from pytest_llmperf.gates import Gate, GateError, load_gates
+from pytest_llmperf.metric_defs import METRICS
+from pytest_llmperf.settings import parse_levels, parse_tolerances
+
+SUITE_FILE_NAME = "llmperf.toml"
+_TOP_LEVEL = {"server", "sweep", "gate", "crossover"}
+
+
+class SuiteError(ValueError):
+    """The suite file is invalid; the message names the file and field."""
+
+
+class SweepSection(BaseModel):
+    """``[sweep]``: the suite's defaults; CLI, env and ini settings still override them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    levels: tuple[int, ...] | None = None
+    input_len: int | None = Field(default=None, gt=0)
+    output_len: int | None = Field(default=None, gt=0)
+    requests: int | None = Field(default=None, gt=0)
+    backend: str | None = None
+    seed: int | None = None
+    repeat: int | None = Field(default=None, gt=0)
+    metrics: tuple[str, ...] | None = None
+    tolerance: dict[str, Any] | None = None
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _levels(cls, v: Any) -> Any:
+        return None if v is None else parse_levels(v)
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in v or ():
+            if name not in METRICS:
+                raise ValueError(f"unknown metric {name!r}")
+        return v
+
+    @field_validator("tolerance")
+    @classmethod
+    def _tolerance(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else parse_tolerances(v)
+
+    def as_settings(self) -> dict[str, Any]:
+        """Only the keys the file sets, named like the plugin's settings."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class CrossoverSpec(BaseModel):
+    """``[[crossover]]``: track the largest C where ``config`` still beats ``reference``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: str
+    reference: str
+    metric: str = "output_throughput"
+    name: str | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}")
+        return v
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.config}-vs-{self.reference}"
+
+
+@dataclass
+class Suite:
+    """Everything a suite file declares."""
+
+    path: Path | None
+    servers: list[ServerConfig]
+    sweep: SweepSection = field(default_factory=SweepSection)
+    gates: list[Gate] = field(default_factory=list)
+    crossovers: list[CrossoverSpec] = field(default_factory=list)
+
+    def server(self, name: str) -> ServerConfig:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.servers) or "none"
+        raise SuiteError(f"{self.path or 'suite'}: no server named {name!r} (servers: {known})")
+
+    def linked_groups(self) -> dict[str, str]:
+        """config name → group name, joining configs that a gate or crossover compares.
+
+        Under pytest-xdist each group runs on one worker, so a gate always finds both of its
+        sweeps in the worker's own results, and independent configs still run in parallel.
+        """
+        parent = {s.name: s.name for s in self.servers}
+
+        def find(x: str) -> str:
+            for _ in range(len(parent) + 1):
+                if parent[x] == x:
+                    return x
+                x = parent[x]
+            return x
+
+        for pair in [(g.config, g.reference) for g in self.gates] + [
+            (c.config, c.reference) for c in self.crossovers
+        ]:
+            a, b = pair
+            if a in parent and b in parent:
+                parent[find(a)] = find(b)
+        groups: dict[str, list[str]] = {}
+        for name in parent:
+            groups.setdefault(find(name), []).append(name)
+        return {
+            name: "llmperf-" + "+".join(members) for members in groups.values() for name in members
+        }
+
+
+def _errors(exc: ValidationError, where: str) -> list[str]:
+    out = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        out.append(f"{where}.{loc}: {msg}" if loc else f"{where}: {msg}")
+    return out
+
+
+def suite_from_data(
+    data: Mapping[str, Any], *, source: str = "<data>", path: Path | None = None
+) -> Suite:
+    """Validate a parsed suite file; all problems are reported at once."""
+    problems: list[str] = []
+    unknown = sorted(str(k) for k in data if k not in _TOP_LEVEL)
+    if unknown:
+        problems.append(
+            f"{source}: unknown top-level key(s) {', '.join(unknown)}; "
+            f"expected {', '.join(sorted(_TOP_LEVEL))}"
+        )
+    servers: list[ServerConfig] = []
+    try:
+        servers = server_configs_from_data({"server": data.get("server", [])}, source=source)
+    except ConfigError as exc:
+        problems.extend(exc.errors)
+    sweep = SweepSection()
+    try:
+        sweep = SweepSection.model_validate(data.get("sweep", {}))
+    except ValidationError as exc:
+        problems.extend(_errors(exc, f"{source}: sweep"))
+    gates: list[Gate] = []
+    try:
+        gates = load_gates(list(data.get("gate", [])), source=f"{source}: gate")
+    except GateError as exc:
+        problems.append(str(exc))
+    crossovers: list[CrossoverSpec] = []
+    for i, item in enumerate(data.get("crossover", [])):
+        try:
+            crossovers.append(CrossoverSpec.model_validate(item))
+        except ValidationError as exc:
+            problems.extend(_errors(exc, f"{source}: crossover[{i}]"))
+    names = {s.name for s in servers}
+    for i, g in enumerate(gates):
+        for role, name in (("config", g.config), ("reference", g.reference)):
+            if servers and name not in names:
+                problems.append(f"{source}: gate[{i}].{role}: no server named {name!r}")
+    for i, c in enumerate(crossovers):
+        for role, name in (("config", c.config), ("reference", c.reference)):
+            if servers and name not in names:
+                problems.append(f"{source}: crossover[{i}].{role}: no server named {name!r}")
+    if problems:
+        raise SuiteError("invalid llmperf suite file:\n  " + "\n  ".join(problems))
+    return Suite(path=path, servers=servers, sweep=sweep, gates=gates, crossovers=crossovers)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read ``llmperf.toml`` (or ``.yaml``)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise SuiteError(
+            f"{p}: cannot read the llmperf suite file: {exc.strerror or exc}"
+        ) from None
+    data: Any
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise SuiteError(f"{p}: invalid YAML: {' '.join(str(exc).split())}") from None
+    else:
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SuiteError(f"{p}: invalid TOML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise SuiteError(f"{p}: expected a table of server/sweep/gate sections")
+    return suite_from_data(data, source=str(p), path=p)
+
+
+def find_suite_file(start: Path, stop: Path) -> Path | None:
+    """The nearest ``llmperf.toml`` from ``start`` up to ``stop`` (inclusive), if any."""
+    here = start if start.is_dir() else start.parent
+    stop = stop.resolve()
+    for _ in range(64):
+        candidate = here / SUITE_FILE_NAME
+        if candidate.is_file():
+            return candidate
+        if here.resolve() == stop or here.parent == here:
+            return None
+        here = here.parent
+    return None
