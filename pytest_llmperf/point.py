@@ -71,6 +71,16 @@ def _fail(message: str) -> NoReturn:
     pytest.fail(redact(message), pytrace=False)
 
 
+def _ensure(
+    run: PerfRun, config: str, workload: Workload, concurrency: int
+) -> tuple[list[LevelResult], str | None]:
+    """One sample of a point, or the reason it could not be measured."""
+    try:
+        return run.ensure(config, workload, concurrency, 1), None
+    except PointError as exc:
+        return [], str(exc)
+
+
 @dataclass
 class Point:
     """One (config, concurrency) point: its samples and the baseline assertion."""
@@ -95,12 +105,15 @@ class Point:
     def measure(self) -> None:
         """Measure (or reuse) ``repeat`` samples of this point."""
         __tracebackhide__ = True
+        error = None
         try:
             self.samples = self.run.ensure(
                 self.config, self.workload, self.concurrency, self.repeat
             )
         except PointError as exc:
-            _fail(str(exc))
+            error = str(exc)
+        if error is not None:
+            _fail(error)  # outside the except block: no chained traceback in the report
 
     @property
     def result(self) -> LevelResult:
@@ -210,10 +223,9 @@ class GateCheck:
         __tracebackhide__ = True
         sweeps: dict[str, SweepResult] = {}
         for name in (self.gate.config, self.gate.reference):
-            try:
-                samples = self.run.ensure(name, self.workload, self.concurrency, 1)
-            except PointError as exc:
-                _fail(str(exc))
+            samples, error = _ensure(self.run, name, self.workload, self.concurrency)
+            if error is not None:
+                _fail(error)
             sweep = self.run.sweep(name, self.workload)
             sweeps[name] = sweep.model_copy(update={"levels": [samples[0]]})
         self.result = evaluate_gate(self.gate, sweeps)
@@ -254,10 +266,9 @@ class CrossoverCheck:
         sweeps = []
         for name in (self.spec.config, self.spec.reference):
             for c in self.levels:
-                try:
-                    self.run.ensure(name, self.workload, c, 1)
-                except PointError as exc:
-                    _fail(str(exc))
+                _, error = _ensure(self.run, name, self.workload, c)
+                if error is not None:
+                    _fail(error)
             sweeps.append(self.run.sweep(name, self.workload))
         cross = crossover_concurrency(sweeps[0], sweeps[1], self.spec.metric)
         self.value = cross or 0  # 0: it already loses at the smallest C
