@@ -1140,12 +1140,14 @@ class SimServer:
                     if not resp.prepared:
                         await resp.prepare(request)
                     await resp.write(data)
-                    if st.cut:
-                        # Fault: drop the connection mid-stream, no terminating chunk or [DONE].
-                        if request.transport is not None:
-                            request.transport.abort()
-                        raise asyncio.CancelledError
                     continue
+                if st.cut:
+                    # Fault: drop the connection mid-stream, no terminating chunk or [DONE].
+                    if not resp.prepared:
+                        await resp.prepare(request)
+                    if request.transport is not None:
+                        request.transport.abort()
+                    raise asyncio.CancelledError
                 if st.closed:
                     break
                 st.waiter = loop.create_future()
