@@ -192,7 +192,7 @@ def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
         ]
         if not left or time.monotonic() >= deadline:
             break
-        time.sleep(0.05)
+        time.sleep(0.1)
     if left:
         _killpg(pgid, signal.SIGKILL)
         for p in left:
@@ -259,6 +259,14 @@ def _watchdog_main() -> None:
             _scrub_file(Path(msg["log"]), msg["secret"])
 
 
+def _import_path() -> str:
+    """PYTHONPATH that lets a fresh interpreter import this package, even when the parent
+    found it through a runtime ``sys.path`` change rather than an installation."""
+    here = str(Path(__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH")
+    return here + (os.pathsep + rest if rest else "")
+
+
 class _Watchdog:
     """The per-process watchdog: started lazily, restarted after fork or if it died."""
 
@@ -267,11 +275,13 @@ class _Watchdog:
         self._proc: subprocess.Popen[bytes] | None = None
         self._wfd: int | None = None
         self._owner = 0
+        # What the watchdog must know, replayed if it has to be restarted.
+        self._registered: dict[int, dict[str, Any]] = {}
 
     def _ensure(self) -> None:
         if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
             return
-        if self._wfd is not None and self._owner == os.getpid():
+        if self._wfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._wfd)
         rfd, wfd = os.pipe()  # both ends non-inheritable (PEP 446); stdin= dups rfd
@@ -288,6 +298,7 @@ class _Watchdog:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
+                env={**os.environ, "PYTHONPATH": _import_path()},
             )
         except OSError:
             os.close(wfd)
@@ -298,10 +309,23 @@ class _Watchdog:
             os.close(rfd)
         self._wfd = wfd
         self._owner = os.getpid()
+        for msg in self._registered.values():
+            with contextlib.suppress(OSError):
+                os.write(wfd, (json.dumps(msg) + "\n").encode())
 
     def send(self, msg: dict[str, Any]) -> None:
         data = (json.dumps(msg) + "\n").encode()
         with self._lock:
+            if self._owner not in (0, os.getpid()):
+                # A forked child: the parent's watchdog and servers are not ours.
+                if self._wfd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(self._wfd)
+                self._proc, self._wfd, self._registered = None, None, {}
+            if msg.get("op") == "add":
+                self._registered[int(msg["pgid"])] = msg
+            elif msg.get("op") == "remove":
+                self._registered.pop(int(msg["pgid"]), None)
             for _ in range(2):  # one restart if the watchdog died
                 self._ensure()
                 if self._wfd is None:
