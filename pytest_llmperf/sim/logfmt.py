@@ -31,14 +31,17 @@ class _FlushingHandler(logging.StreamHandler):  # type: ignore[type-arg,unused-i
 
 
 def configure_logging(level: str = "info") -> logging.Logger:
-    """The simulator's logger, writing SGLang-formatted lines to stderr."""
-    logger = logging.getLogger(LOGGER_NAME)
-    logger.handlers.clear()
+    """SGLang-formatted lines on stderr for our logger and the root logger (aiohttp's errors)."""
     handler = _FlushingHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
-    logger.addHandler(handler)
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.handlers.clear()
     logger.setLevel(_LEVELS.get(level.lower(), logging.INFO))
-    logger.propagate = False
+    logger.propagate = True
     return logger
 
 

@@ -1137,9 +1137,12 @@ class SimServer:
                 if pending:
                     st.pending = []
                     data = pending[0] if len(pending) == 1 else b"".join(pending)
-                    if not resp.prepared:
-                        await resp.prepare(request)
-                    await resp.write(data)
+                    try:
+                        if not resp.prepared:
+                            await resp.prepare(request)
+                        await resp.write(data)
+                    except ConnectionResetError:
+                        break  # the client went away; finally aborts the engine request
                     continue
                 if st.cut:
                     # Fault: drop the connection mid-stream, no terminating chunk or [DONE].
@@ -1153,8 +1156,9 @@ class SimServer:
                 st.waiter = loop.create_future()
                 await st.waiter
                 st.waiter = None
-            if resp.prepared:
-                await resp.write_eof()
+            if resp.prepared and not st.pending and st.closed:
+                with contextlib.suppress(ConnectionResetError):
+                    await resp.write_eof()
         finally:
             self.streams.discard(st)
             self._abort_unfinished(st)

@@ -437,3 +437,78 @@ def test_sim_server_requires_no_engine_argument_types() -> None:
     knobs = parse_args(profile_args()).knobs
     server = SimServer(knobs)
     assert server.engine.stats().max_total_num_tokens > 0
+
+
+# ------------------------------------------------------------------ serving speed
+@pytest.mark.slow
+def test_serves_256_streams_at_20k_tokens_per_s(
+    sim_process: Callable[..., SimProcess], tmp_path: Any
+) -> None:
+    """256 concurrent /generate streams on a profile whose model rate is ~23k tok/s."""
+    import asyncio
+    import json
+
+    import aiohttp
+    import psutil
+
+    from pytest_llmperf.sim.profile import PROFILES_DIR, available_profiles
+
+    prof = json.loads((PROFILES_DIR / f"{available_profiles()[0]}.json").read_text())
+    prof.update(
+        name="bench-fast",
+        hardware={"gpu_name": "Sim GPU", "gpu_memory_gb": 80.0, "tp_size": 1},
+        model={
+            "model_path": "sim/fast",
+            "architecture": "LlamaForCausalLM",
+            "weights_gb": 16.0,
+            "kv_bytes_per_token": 4096,
+            "context_length": 32768,
+        },
+        step={"base_ms": 6.0, "per_seq_ms": 0.02, "per_seq_exponent": 1.0, "per_kv_token_us": 0},
+        prefill={"per_token_us": 1.0},
+    )
+    prof.pop("spec", None)
+    path = tmp_path / "fast.json"
+    path.write_text(json.dumps(prof))
+    p = sim_process("--sim-profile", str(path), "--max-running-requests", "512")
+    p.wait_healthy()
+    body = {
+        "input_ids": [1] * 128,
+        "sampling_params": {"max_new_tokens": 512, "ignore_eos": True},
+        "stream": True,
+    }
+
+    async def run() -> tuple[float, float, float]:
+        events = 0
+        stop = asyncio.Event()
+
+        async def worker(session: aiohttp.ClientSession) -> None:
+            nonlocal events
+            while not stop.is_set():
+                async with session.post(p.url + "/generate", json=body) as r:
+                    async for chunk in r.content.iter_any():
+                        events += chunk.count(b"data: ")
+
+        conn = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=conn) as session:
+            tasks = [asyncio.create_task(worker(session)) for _ in range(256)]
+            await asyncio.sleep(1.5)
+            proc = psutil.Process(p.proc.pid)
+            async with session.get(p.url + "/_sim/stats") as r:
+                s0 = (await r.json())["engine"]["total_output_tokens"]
+            c0, e0, t0 = sum(proc.cpu_times()[:2]), events, time.monotonic()
+            await asyncio.sleep(3)
+            async with session.get(p.url + "/_sim/stats") as r:
+                s1 = (await r.json())["engine"]["total_output_tokens"]
+            dt = time.monotonic() - t0
+            cpu = (sum(proc.cpu_times()[:2]) - c0) / dt
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return (s1 - s0) / dt, (events - e0) / dt, cpu
+
+    tok_s, ev_s, cpu = asyncio.run(run())
+    print(f"256 streams: {tok_s:.0f} tok/s, {ev_s:.0f} events/s, server CPU {cpu:.0%}")
+    assert tok_s >= 20_000 * 0.8, (tok_s, ev_s, cpu)  # 2 shared cores: allow some slack
+    assert ev_s >= tok_s * 0.8
