@@ -55,6 +55,11 @@ def merge_payloads(state: _State) -> None:
 class XdistHooks:
     """Controller-side hooks that exist only when xdist is installed."""
 
+    def pytest_configure_node(self, node: Any) -> None:
+        # Workers re-parse the command line, which does not say loadgroup; tell them, so they
+        # tag each test id with its server group and the scheduler keeps a group on one worker.
+        node.workerinput["llmperf_loadgroup"] = node.config.getvalue("dist") == "loadgroup"
+
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from pytest_llmperf.plugin import STATE
 

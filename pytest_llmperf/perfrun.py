@@ -60,6 +60,27 @@ def parse_url_map(text: str | None) -> tuple[str | None, dict[str, str]]:
     return None, out
 
 
+def sim_args_for(text: str | None, config: str) -> list[str]:
+    """Extra simulator flags for ``config`` from ``--llmperf-sim-args``.
+
+    ``"--sim-jitter 0.03"`` applies to every server; ``"mtp: --max-running-requests 40"``
+    only to ``mtp``; several parts are separated by ``;``. This is how a suite injects an
+    "upgrade" or a fault into one config of the simulated run.
+    """
+    out: list[str] = []
+    for part in (text or "").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        head, sep, rest = part.partition(":")
+        if sep and not head.strip().startswith("-") and " " not in head.strip():
+            if head.strip() != config:
+                continue
+            part = rest
+        out += shlex.split(part)
+    return out
+
+
 @dataclass
 class _ConfigState:
     handle: ServerHandle | None = None
@@ -144,8 +165,7 @@ class PerfRun:
         if mode != "simulated":
             return cfg
         extra = ["--sim-profile", self.sim_profile_for(cfg)]
-        if self.sim_args:
-            extra += shlex.split(self.sim_args)
+        extra += sim_args_for(self.sim_args, cfg.name)
         return cfg.model_copy(update={"args": (*cfg.args, *extra), "sim_profile": None})
 
     def server(self, config: str) -> ServerHandle:

@@ -125,7 +125,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if numprocesses and getattr(config.option, "dist", "no") in ("no", "load"):
             config.option.dist = "loadgroup"
 
-    if not hasattr(config, "workerinput"):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get("llmperf_loadgroup"):
+        config.option.loadgroup = True
+    if workerinput is None:
         from pytest_llmperf.launcher import install_cleanup_signal_handlers
 
         install_cleanup_signal_handlers()
@@ -324,6 +327,21 @@ def _configs_of(state: _State, param: Any) -> list[str]:
     return [c.config, c.reference]
 
 
+def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
+    """Tag a test id with its xdist group, as xdist's worker does for ``--dist loadgroup``.
+
+    xdist 3.8 assigns ``item._nodeid``, which pytest 9.2 no longer reads (ids became structured
+    ``_id`` objects), so its loadgroup silently degrades to plain load balancing there. The
+    scheduler groups by the text after the last "@".
+    """
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId  # pytest >= 9.2
+
+        item._id = NodeId.parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
@@ -341,6 +359,8 @@ def pytest_collection_modifyitems(
         suite = state.suites[param.suite_path]
         group = suite.linked_groups()[_configs_of(state, param)[0]]
         item.add_marker(pytest.mark.xdist_group(name=group))
+        if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
+            _set_nodeid(item, f"{item.nodeid}@{group}")
 
     def key(item: pytest.Item) -> tuple[Any, ...]:
         param = _item_param(item)
@@ -625,9 +645,18 @@ def _finish(session: pytest.Session, state: _State) -> None:
     store = state.store
     if store is None:
         return
+    from pytest_llmperf.baseline import BaselineFileError
+
     update = bool(state.settings["update"])
-    unused = store.unused()
-    report = store.flush(delete_unused=update)
+    try:
+        unused = store.unused()
+        report = store.flush(delete_unused=update)
+    except BaselineFileError as exc:
+        # Already reported by the tests that read the file; never lose the session to it.
+        session.config.stash[_BASELINE_LINES] = [f"not written: {exc}"]
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
     state_lines: list[str] = [report.summary()] if (report.files or update) else []
     if unused and not update:
         state_lines.append(

@@ -18,6 +18,7 @@ import pytest
 from pytest_llmperf.baseline import (
     SWEEP_LEVEL,
     BaselineEntry,
+    BaselineFileError,
     BaselineStore,
     EntryKey,
     Provenance,
@@ -164,7 +165,13 @@ class Point:
         new or changed entries and pass. Invalid measurement: skip (or fail, by setting).
         """
         __tracebackhide__ = True
-        pc = self.compare()
+        error = None
+        try:
+            pc = self.compare()
+        except BaselineFileError as exc:
+            error = str(exc)
+        if error is not None:
+            _fail(error)
         if self.node is not None:
             self.node.user_properties.extend(junit_properties(point=pc))
         if self.on_compared is not None:
@@ -287,7 +294,13 @@ class CrossoverCheck:
         """Fail when the crossover moved to a lower C than recorded (the config wins less)."""
         __tracebackhide__ = True
         value = self.measure()
-        entry = self.store.get(self.key)
+        error, entry = None, None
+        try:
+            entry = self.store.get(self.key)
+        except BaselineFileError as exc:
+            error = str(exc)
+        if error is not None:
+            _fail(error)
         summary = entry.metrics.get("crossover_concurrency") if entry else None
         base = None if summary is None else int(summary.mean)
         label = self.spec.label
