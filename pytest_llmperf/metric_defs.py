@@ -33,16 +33,46 @@ _STATS = {"mean": "mean", "median": "p50", "p90": "p90", "p99": "p99"}
 METRICS: dict[str, MetricDef] = {
     d.name: d
     for d in [
-        MetricDef("output_throughput", "tok/s", "higher", "aggregate output tokens per second of the level (sum of output tokens / level duration)"),
-        MetricDef("per_request_throughput", "tok/s", "higher", "mean over requests of per-request decode speed, (output_tokens - 1) / (e2e - ttft)"),
+        MetricDef(
+            "output_throughput",
+            "tok/s",
+            "higher",
+            "aggregate output tokens per second of the level (sum of output tokens / level duration)",
+        ),
+        MetricDef(
+            "per_request_throughput",
+            "tok/s",
+            "higher",
+            "mean over requests of per-request decode speed, (output_tokens - 1) / (e2e - ttft)",
+        ),
         MetricDef("request_throughput", "req/s", "higher", "completed requests per second"),
         MetricDef("input_throughput", "tok/s", "higher", "prompt tokens per second"),
         MetricDef("total_throughput", "tok/s", "higher", "prompt plus output tokens per second"),
-        MetricDef("concurrency", "req", "higher", "achieved mean in-flight requests, sum of e2e latencies / duration"),
-        MetricDef("accept_length", "tok/step", "higher", "speculative decoding accept length reported by the server for this level"),
+        MetricDef(
+            "concurrency",
+            "req",
+            "higher",
+            "achieved mean in-flight requests, sum of e2e latencies / duration",
+        ),
+        MetricDef(
+            "accept_length",
+            "tok/step",
+            "higher",
+            "speculative decoding accept length reported by the server for this level",
+        ),
         MetricDef("goodput", "req/s", "higher", "completed requests per second that met every SLO"),
-        MetricDef("crossover_concurrency", "req", "higher", "largest concurrency at which a config still beats its reference"),
-        MetricDef("max_concurrency_within_slo", "req", "higher", "largest swept concurrency whose level met every SLO"),
+        MetricDef(
+            "crossover_concurrency",
+            "req",
+            "higher",
+            "largest concurrency at which a config still beats its reference",
+        ),
+        MetricDef(
+            "max_concurrency_within_slo",
+            "req",
+            "higher",
+            "largest swept concurrency whose level met every SLO",
+        ),
     ]
     + [
         MetricDef(f"{stat}_{lat}_ms", "ms", "lower", f"{label} {desc}")

@@ -339,7 +339,7 @@ def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
 
         item._id = NodeId.parse(nodeid)
     else:
-        item._nodeid = nodeid
+        item._nodeid = nodeid  # type: ignore[attr-defined]
 
 
 @pytest.hookimpl(tryfirst=True)
