@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import math
 import os
 import sys
@@ -140,19 +139,12 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Hook for ``llmperf merge`` / ``llmperf compare``, implemented in ``pytest_llmperf.runfile``.
+    """``llmperf merge`` / ``llmperf compare``: results files from CI shards, judged exactly
+    as an in-pytest run judges them (``pytest_llmperf.runfile``)."""
+    from pytest_llmperf.runfile import add_compare_parser, add_merge_parser
 
-    Contract: ``runfile.register_cli(subparsers)`` adds its subparsers, each with
-    ``set_defaults(func=handler)`` where ``handler(args: argparse.Namespace) -> int`` returns the
-    exit status. Until that module exists the CLI offers ``sweep`` only.
-    """
-    try:
-        runfile = importlib.import_module("pytest_llmperf.runfile")
-    except ImportError:
-        return
-    register = getattr(runfile, "register_cli", None)
-    if callable(register):
-        register(sub)
+    add_merge_parser(sub)
+    add_compare_parser(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -533,6 +533,7 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
         run=llmperf_run,
         node=request.node,
         on_result=state.gates.append,
+        invalid_policy=state.settings["invalid"],
     )
 
 

@@ -96,7 +96,7 @@ class Point:
     metrics: Sequence[str] | None = None
     tolerances: dict[str, float] = field(default_factory=dict)
     update: bool = False
-    invalid_policy: str = "skip"
+    invalid_policy: str = "fail"
     node: Any = None
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
@@ -181,7 +181,7 @@ class Point:
             if self.on_invalid is not None:
                 self.on_invalid(message)
             if self.update or self.invalid_policy == "fail":
-                _fail(f"INVALID measurement (not recorded, not judged): {message}")
+                _fail(f"INVALID measurement (not a performance verdict, not recorded): {message}")
             pytest.skip(f"llmperf INVALID measurement: {redact(message)}")
         if self.update:
             if pc.verdict != Verdict.PASS or pc.stale:
@@ -224,7 +224,7 @@ class GateCheck:
     node: Any = None
     on_result: Callable[[GateResult], None] | None = None
     result: GateResult | None = None
-    invalid_policy: str = "skip"
+    invalid_policy: str = "fail"
 
     def evaluate(self) -> GateResult:
         __tracebackhide__ = True

@@ -313,9 +313,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("output_dir", _str, "llmperf-results", "where results JSON, server logs and plots go"),
     Setting(
         "invalid",
-        _choice("skip", "fail"),
-        "skip",
-        "what an invalid measurement does to its test: skip or fail",
+        _choice("fail", "skip"),
+        "fail",
+        "what an invalid measurement (client saturated, lengths off, failed requests) does to "
+        "its test: fail (default, like llmperf compare) or skip",
     ),
     Setting(
         "plots", _bool, False, "write PNG plots to the output dir (needs matplotlib)", flag=True
