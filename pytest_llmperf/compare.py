@@ -57,10 +57,12 @@ class Verdict(StrEnum):
     INCONCLUSIVE = "inconclusive"
     INVALID = "invalid"
     MISSING = "missing"  # no baseline entry (fails like a missing syrupy snapshot)
+    RECORDED = "recorded"  # --llmperf-update wrote this point's baseline (it passes)
 
 
 _SEVERITY = {
     Verdict.PASS: 0,
+    Verdict.RECORDED: 0,
     Verdict.INCONCLUSIVE: 1,
     Verdict.MISSING: 2,
     Verdict.FAIL: 3,

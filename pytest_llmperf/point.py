@@ -186,6 +186,7 @@ class Point:
         if self.update:
             if pc.verdict != Verdict.PASS or pc.stale:
                 self._record()
+                pc.verdict, pc.messages = Verdict.RECORDED, []
             return
         if pc.verdict == Verdict.MISSING:
             nodeid = self.node.nodeid if self.node is not None else ""
