@@ -18,6 +18,7 @@ import numpy as np
 
 from pytest_llmperf.records import RequestRecord
 from pytest_llmperf.results import LevelResult, RequestDetails
+from pytest_llmperf.slo import Slo, goodput
 
 MAX_DISTINCT_ERRORS = 10
 
@@ -62,8 +63,12 @@ def compute_level(
     max_concurrency: int,
     duration: float | None = None,
     details: bool = False,
+    slo: Slo | None = None,
 ) -> LevelResult:
-    """Aggregate one level's records into a ``LevelResult`` (no server facts, no notes)."""
+    """Aggregate one level's records into a ``LevelResult`` (no server facts, no notes).
+
+    With an ``slo`` that has per-request limits, ``goodput`` is filled in (``slo.goodput``).
+    """
     dur = level_duration(records) if duration is None else duration
     ok = [r for r in records if r.ok]
     in_tok = sum(r.prompt_tokens for r in ok)
@@ -115,6 +120,7 @@ def compute_level(
         p99_e2e_latency_ms=e2e["p99"],
         errors=distinct_errors(records),
         schedule_lag_p99_ms=summarize_ms(lags)["p99"] if lags else None,
+        goodput=goodput(records, slo, dur) if slo and slo.has_request_limits else None,
     )
     if details:
         result.details = request_details(records)

@@ -35,6 +35,7 @@ from pytest_llmperf.server_probe import (
     get_server_info,
     server_facts,
 )
+from pytest_llmperf.slo import Slo
 from pytest_llmperf.workload import WARMUP_INDEX, build_prompts, poisson_offsets, warmup_prompt
 
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
@@ -199,6 +200,7 @@ async def _measure_level(
     progress: ProgressCallback | None,
     details: bool,
     scrape_metrics: bool,
+    slo: Slo | None = None,
 ) -> LevelResult:
     n = workload.num_requests(concurrency)
     notes: list[str] = []
@@ -243,7 +245,7 @@ async def _measure_level(
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
         for i, r in enumerate(records)
     ]
-    result = compute_level(final, max_concurrency=concurrency, details=details)
+    result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
     info = await get_server_info(gen.http)
     if info is not None:
         cap = effective_running_cap(info) or cap
@@ -291,6 +293,7 @@ async def run_sweep_async(
     details: bool = False,
     scrape_metrics: bool = False,
     server_mode: ServerMode = "attached",
+    slo: Slo | None = None,
 ) -> SweepResult:
     """Sweep ``levels`` against the server at ``url`` in the running event loop."""
     levels = validate_levels(levels)
@@ -318,6 +321,7 @@ async def run_sweep_async(
                     progress=progress,
                     details=details,
                     scrape_metrics=scrape_metrics,
+                    slo=slo,
                 )
             )
     return result
@@ -333,6 +337,7 @@ async def run_level_async(
     details: bool = False,
     scrape_metrics: bool = False,
     warmup: bool = True,
+    slo: Slo | None = None,
 ) -> LevelResult:
     """One level (flush -> run -> server_info), with its own client, in the running loop."""
     validate_levels([concurrency])
@@ -357,6 +362,7 @@ async def run_level_async(
             progress=progress,
             details=details,
             scrape_metrics=scrape_metrics,
+            slo=slo,
         )
 
 
@@ -405,6 +411,7 @@ def run_sweep(
     details: bool = False,
     scrape_metrics: bool = False,
     server_mode: ServerMode = "attached",
+    slo: Slo | None = None,
 ) -> SweepResult:
     """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
     levels = validate_levels(levels)
@@ -420,6 +427,7 @@ def run_sweep(
             details=details,
             scrape_metrics=scrape_metrics,
             server_mode=server_mode,
+            slo=slo,
         ),
         timeout_s=sweep_deadline_s(workload, levels),
     )
@@ -435,6 +443,7 @@ def run_level(
     details: bool = False,
     scrape_metrics: bool = False,
     warmup: bool = True,
+    slo: Slo | None = None,
 ) -> LevelResult:
     """Blocking ``run_level_async`` in its own loop and thread."""
     validate_levels([concurrency])
@@ -449,6 +458,7 @@ def run_level(
             details=details,
             scrape_metrics=scrape_metrics,
             warmup=warmup,
+            slo=slo,
         ),
         timeout_s=sweep_deadline_s(workload, [concurrency]),
     )
