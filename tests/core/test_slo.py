@@ -21,6 +21,9 @@ from pytest_llmperf.slo import (
     search_max_level,
     search_max_level_async,
 )
+from pytest_llmperf.sweep import run_level, run_sweep
+
+from .fake_server import FakeServer
 
 
 def _rec(i: int, ttft_ms: float, tpot_ms: float, tokens: int = 101, t_send: float = 0.0):
@@ -264,3 +267,13 @@ def test_slo_is_immutable_and_describes_itself() -> None:
     )
     with pytest.raises(ValueError):
         slo.ttft_ms = 1  # type: ignore[misc]
+
+
+def test_sweep_and_level_compute_goodput_with_slo(fake_server: FakeServer) -> None:
+    small = Workload(input_len=16, output_len=12)
+    loose, tight = Slo(ttft_ms=60_000, tpot_ms=60_000), Slo(tpot_ms=1e-3)
+    swept = run_sweep(fake_server.url, [1, 4], small, slo=loose)
+    assert [lv.goodput for lv in swept.levels] == [lv.request_throughput for lv in swept.levels]
+    assert max_concurrency_within_slo(swept, loose) == 4
+    assert run_level(fake_server.url, 4, small, warmup=False, slo=tight).goodput == 0.0
+    assert run_level(fake_server.url, 4, small, warmup=False).goodput is None
