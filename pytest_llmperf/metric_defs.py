@@ -24,7 +24,10 @@ class MetricDef:
 
 _LATENCIES = {
     "ttft": "time to first token (client send to first token)",
-    "itl": "inter-token latency, pooled over all gaps of all requests; a multi-token event's gap is split across its tokens",
+    "itl": (
+        "inter-token latency, pooled over all gaps of all requests; "
+        "a multi-token event's gap is split across its tokens"
+    ),
     "tpot": "time per output token per request, (e2e - ttft) / (output_tokens - 1)",
     "e2e_latency": "end-to-end request latency (send to last byte)",
 }
@@ -37,7 +40,8 @@ METRICS: dict[str, MetricDef] = {
             "output_throughput",
             "tok/s",
             "higher",
-            "aggregate output tokens per second of the level (sum of output tokens / level duration)",
+            "aggregate output tokens per second of the level "
+            "(sum of output tokens / level duration)",
         ),
         MetricDef(
             "per_request_throughput",

@@ -31,6 +31,7 @@ from pytest_llmperf.launcher import (
 )
 from pytest_llmperf.results import LevelResult, ServerFacts, SweepResult, Workload
 from pytest_llmperf.server_probe import get_server_info, server_facts
+from pytest_llmperf.slo import Slo
 from pytest_llmperf.suite import Suite
 from pytest_llmperf.sweep import Progress, run_in_own_loop, run_level
 
@@ -107,6 +108,7 @@ class PerfRun:
     scrape_metrics: bool = False
     progress: Callable[[str, Progress], None] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    slo: Slo | None = None  # goodput is computed per level when set
     _states: dict[str, _ConfigState] = field(default_factory=dict)
     _samples: dict[tuple[str, Workload, int], list[LevelResult]] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
@@ -270,6 +272,7 @@ class PerfRun:
                     details=self.details,
                     scrape_metrics=self.scrape_metrics,
                     warmup=not state.warmed,
+                    slo=self.slo,
                 )
             except Exception as exc:
                 code = handle.poll()

@@ -43,6 +43,7 @@ class LLMPerfInconclusiveWarning(UserWarning):
 POINT_FIXTURE = "llmperf_point"
 GATE_FIXTURE = "llmperf_gate"
 CROSSOVER_FIXTURE = "llmperf_crossover"
+SLO_FIXTURE = "llmperf_slo"
 
 
 # ----------------------------------------------------------------------------- options
@@ -232,6 +233,12 @@ class CrossoverParam:
     suite_path: Path
 
 
+@dataclass(frozen=True)
+class SloParam:
+    config: str
+    suite_path: Path
+
+
 def _gate_id(gate: Any) -> str:
     if gate.name:
         return str(gate.name)
@@ -240,7 +247,7 @@ def _gate_id(gate: Any) -> str:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = metafunc.fixturenames
-    if not {POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE} & set(names):
+    if not {POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE} & set(names):
         return
     state = _state(metafunc.config)
     where = metafunc.definition.nodeid
@@ -297,6 +304,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             indirect=True,
         )
 
+    if SLO_FIXTURE in names:
+        if suite.slo is None:
+            raise pytest.UsageError(
+                f"pytest-llmperf: {where} uses {SLO_FIXTURE}, but {suite.path} has no [slo] "
+                "section (e.g. [slo] p99_ttft_ms = 2000, p99_tpot_ms = 80)"
+            )
+        sparams = [SloParam(c, suite_path) for c in configs]
+        for sp in sparams:
+            state.generated[(suite_path, sp.config)] = (
+                state.generated.get((suite_path, sp.config), 0) + 1
+            )
+        metafunc.parametrize(SLO_FIXTURE, sparams, ids=[p.config for p in sparams], indirect=True)
+
 
 def _unknown_config(suite: Suite, name: str, where: str) -> None:
     known = ", ".join(s.name for s in suite.servers)
@@ -310,7 +330,7 @@ def _item_param(item: pytest.Item) -> Any:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
-    for name in (POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE):
+    for name in (POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE):
         if name in callspec.params:
             return callspec.params[name]
     return None
@@ -318,7 +338,7 @@ def _item_param(item: pytest.Item) -> Any:
 
 def _configs_of(state: _State, param: Any) -> list[str]:
     suite = state.suites[param.suite_path]
-    if isinstance(param, PointParam):
+    if isinstance(param, PointParam | SloParam):
         return [param.config]
     if isinstance(param, GateParam):
         g = suite.gates[param.gate_index]
@@ -368,7 +388,7 @@ def pytest_collection_modifyitems(
         order = [s.name for s in suite.servers]
         cfgs = _configs_of(state, param)
         group = suite.linked_groups()[cfgs[0]]
-        kind = 0 if isinstance(param, PointParam) else (1 if isinstance(param, GateParam) else 2)
+        kind = {PointParam: 0, GateParam: 1, CrossoverParam: 2, SloParam: 3}[type(param)]
         conc = getattr(param, "concurrency", 0)
         return (str(param.suite_path), group, kind, order.index(cfgs[0]), conc)
 
@@ -440,6 +460,7 @@ def _run(state: _State, suite: Suite) -> PerfRun:
                 scrape_metrics=bool(s["scrape_metrics"]),
                 progress=_progress_printer(),
                 env=dict(os.environ),
+                slo=suite.slo,
             )
         except ValueError as exc:
             raise pytest.UsageError(f"pytest-llmperf: {exc}") from None
@@ -534,6 +555,30 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
         node=request.node,
         on_result=state.gates.append,
         invalid_policy=state.settings["invalid"],
+    )
+
+
+@pytest.fixture
+def llmperf_slo(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
+    """The largest swept C whose level meets the suite's [slo], held to its baseline."""
+    from pytest_llmperf.point import SloCheck
+
+    param: SloParam = request.param
+    state = _state(request.config)
+    suite = state.suites[param.suite_path]
+    _run(state, suite)
+    marker = _marker_kwargs(request.node)
+    where = request.node.nodeid
+    return SloCheck(
+        config_name=param.config,
+        slo=suite.slo,
+        levels=_effective(state, suite, marker, "levels", where),
+        workload=_workload(state, suite, marker, where),
+        run=llmperf_run,
+        store=_store(state),
+        update=bool(state.settings["update"]),
+        node=request.node,
+        on_result=state.crossovers.append,
     )
 
 
@@ -749,7 +794,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for line in render_run(state.sweeps, state.points, state.gates).splitlines():
         tr.write_line(line)
     for label, value, base, verdict in state.crossovers:
-        tr.write_line(f"crossover {label}: C={value} (baseline {base}) {verdict}")
+        tr.write_line(f"{label}: C={value} (baseline {base}) {verdict}")
     for line in state.invalid:
         tr.write_line(f"INVALID: {line}")
     for line in config.stash.get(_BASELINE_LINES, []):

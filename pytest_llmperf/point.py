@@ -31,13 +31,13 @@ from pytest_llmperf.metric_defs import METRICS
 from pytest_llmperf.perfrun import PerfRun, PointError
 from pytest_llmperf.report import junit_properties, redact, redact_args
 from pytest_llmperf.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.slo import Slo, level_meets, max_concurrency_within_slo
 from pytest_llmperf.suite import CrossoverSpec
 
-# Recorded in every new baseline entry; only ``metrics`` (or compare's defaults) are gated.
+# Recorded in every new baseline entry (those measured: goodput only with an SLO); only
+# ``metrics`` (or compare's defaults) are gated.
 RECORDED_METRICS: tuple[str, ...] = tuple(
-    m
-    for m in METRICS
-    if m not in ("goodput", "crossover_concurrency", "max_concurrency_within_slo")
+    m for m in METRICS if m not in ("crossover_concurrency", "max_concurrency_within_slo")
 )
 
 
@@ -256,10 +256,13 @@ class GateCheck:
 
 
 @dataclass
-class CrossoverCheck:
-    """The largest C where ``config`` still beats ``reference``, held to its baseline."""
+class SweepMetricCheck:
+    """A whole-sweep number (a concurrency) held to its baseline: lower is a regression.
 
-    spec: CrossoverSpec
+    Subclasses say what is measured (``compute``) and why it moved (``why``). The entry lives at
+    concurrency ``SWEEP_LEVEL`` of the config's baseline file.
+    """
+
     levels: Sequence[int]
     workload: Workload
     run: PerfRun
@@ -269,30 +272,51 @@ class CrossoverCheck:
     on_result: Callable[[tuple[str, int | None, int | None, str]], None] | None = None
     value: int | None = None
 
+    metric_name = "crossover_concurrency"
+
+    @property
+    def config(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        return (self.config,)
+
+    @property
+    def reference(self) -> str | None:
+        return None
+
+    def compute(self, sweeps: dict[str, SweepResult]) -> int | None:
+        raise NotImplementedError
+
+    def why(self, value: int, base: int) -> str:
+        raise NotImplementedError
+
     def measure(self) -> int:
+        """Measure every level of every config involved; 0 when even the smallest C misses."""
         __tracebackhide__ = True
-        sweeps = []
-        for name in (self.spec.config, self.spec.reference):
+        sweeps: dict[str, SweepResult] = {}
+        for name in self.configs:
             for c in self.levels:
                 _, error = _ensure(self.run, name, self.workload, c)
                 if error is not None:
                     _fail(error)
-            sweeps.append(self.run.sweep(name, self.workload))
-        cross = crossover_concurrency(sweeps[0], sweeps[1], self.spec.metric)
-        self.value = cross or 0  # 0: it already loses at the smallest C
+            sweeps[name] = self.run.sweep(name, self.workload)
+        self.value = self.compute(sweeps) or 0
         return self.value
 
     @property
     def key(self) -> EntryKey:
         return EntryKey(
-            self.run.hardware_for(self.spec.config),
-            self.spec.config,
-            self.workload.key(),
-            SWEEP_LEVEL,
+            self.run.hardware_for(self.config), self.config, self.workload.key(), SWEEP_LEVEL
         )
 
     def assert_baseline(self) -> None:
-        """Fail when the crossover moved to a lower C than recorded (the config wins less)."""
+        """Fail when the number fell below its baseline; warn (stale) when it rose."""
         __tracebackhide__ = True
         value = self.measure()
         error, entry = None, None
@@ -302,44 +326,90 @@ class CrossoverCheck:
             error = str(exc)
         if error is not None:
             _fail(error)
-        summary = entry.metrics.get("crossover_concurrency") if entry else None
+        summary = entry.metrics.get(self.metric_name) if entry else None
         base = None if summary is None else int(summary.mean)
-        label = self.spec.label
-        verdict = "pass"
         if self.node is not None:
             self.node.user_properties.extend(
-                [("llmperf.crossover", str(value)), ("llmperf.crossover.baseline", str(base))]
+                [
+                    (f"llmperf.{self.metric_name}", str(value)),
+                    (f"llmperf.{self.metric_name}.baseline", str(base)),
+                ]
             )
         if self.update:
             if base != value:
                 self._record(value, entry)
-                verdict = "recorded"
-            self._report(value, base, verdict)
+            self._report(value, base, "recorded" if base != value else "pass")
             return
         if base is None:
             self._report(value, base, "missing")
             nodeid = self.node.nodeid if self.node is not None else ""
             _fail(
-                f"{label}: crossover concurrency C={value} has no baseline; record it: "
+                f"{self.label}: {self.metric_name} C={value} has no baseline; record it: "
                 f"pytest '{nodeid}' --llmperf-update"
             )
         if value < base:
             self._report(value, base, "fail")
-            _fail(self._why(value, base))
+            _fail(self.why(value, base))
         if value > base:
             from pytest_llmperf.plugin import warn_stale
 
             warn_stale(
-                f"{label}: crossover rose from C={base} to C={value}; {self.spec.config} now wins "
-                "at more concurrencies, the baseline is stale (re-record with --llmperf-update)"
+                f"{self.label}: {self.metric_name} rose from C={base} to C={value}; the baseline "
+                "is stale (re-record with --llmperf-update)"
             )
-        self._report(value, base, verdict)
+        self._report(value, base, "pass")
 
-    def _why(self, value: int, base: int) -> str:
-        cfg, ref, metric = self.spec.config, self.spec.reference, self.spec.metric
+    def _record(self, value: int, old: BaselineEntry | None) -> None:
+        summary = summarize(self.metric_name, [float(value)], reference=self.reference)
+        entry = BaselineEntry(metrics={self.metric_name: summary})
+        if old is not None:
+            entry = old.model_copy(update={"metrics": {**old.metrics, self.metric_name: summary}})
+        self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
+
+    def _report(self, value: int, base: int | None, verdict: str) -> None:
+        if self.on_result is not None:
+            self.on_result((self.label, value, base, verdict))
+
+
+@dataclass
+class CrossoverCheck(SweepMetricCheck):
+    """The largest C where ``config`` still beats ``reference``, held to its baseline."""
+
+    spec: CrossoverSpec | None = None
+
+    metric_name = "crossover_concurrency"
+
+    @property
+    def _spec(self) -> CrossoverSpec:
+        assert self.spec is not None
+        return self.spec
+
+    @property
+    def config(self) -> str:
+        return self._spec.config
+
+    @property
+    def reference(self) -> str | None:
+        return self._spec.reference
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        return (self._spec.config, self._spec.reference)
+
+    @property
+    def label(self) -> str:
+        return f"crossover {self._spec.label}"
+
+    def compute(self, sweeps: dict[str, SweepResult]) -> int | None:
+        return crossover_concurrency(
+            sweeps[self._spec.config], sweeps[self._spec.reference], self._spec.metric
+        )
+
+    def why(self, value: int, base: int) -> str:
+        cfg, ref, metric = self._spec.config, self._spec.reference, self._spec.metric
         first_loss = min((c for c in self.levels if c > value), default=None)
         msg = (
-            f"{self.spec.label}: crossover concurrency fell from C={base} to C={value}: "
+            f"{self._spec.label}: crossover concurrency fell from C={base} to C={value}: "
             f"{cfg} no longer beats {ref} on {metric}"
         )
         if first_loss is not None:
@@ -358,15 +428,42 @@ class CrossoverCheck:
                     )
         return msg
 
-    def _record(self, value: int, old: BaselineEntry | None) -> None:
-        summary = summarize("crossover_concurrency", [float(value)], reference=self.spec.reference)
-        entry = BaselineEntry(metrics={"crossover_concurrency": summary})
-        if old is not None:
-            entry = old.model_copy(
-                update={"metrics": {**old.metrics, "crossover_concurrency": summary}}
-            )
-        self.store.queue_update(self.key, entry, _provenance(self.run, self.spec.config))
 
-    def _report(self, value: int, base: int | None, verdict: str) -> None:
-        if self.on_result is not None:
-            self.on_result((self.spec.label, value, base, verdict))
+@dataclass
+class SloCheck(SweepMetricCheck):
+    """The largest swept C whose level meets the suite's SLO, held to its baseline."""
+
+    config_name: str = ""
+    slo: Slo | None = None
+
+    metric_name = "max_concurrency_within_slo"
+
+    @property
+    def config(self) -> str:
+        return self.config_name
+
+    @property
+    def label(self) -> str:
+        return f"{self.config_name} within SLO"
+
+    def compute(self, sweeps: dict[str, SweepResult]) -> int | None:
+        assert self.slo is not None
+        return max_concurrency_within_slo(sweeps[self.config_name], self.slo)
+
+    def why(self, value: int, base: int) -> str:
+        assert self.slo is not None
+        msg = (
+            f"{self.config_name}: the largest concurrency meeting the SLO ({self.slo.describe()}) "
+            f"fell from C={base} to C={value}"
+        )
+        first_miss = min((c for c in self.levels if c > value), default=None)
+        level = self.run.sweep(self.config_name, self.workload).level(first_miss or 0)
+        if level is not None:
+            _, reasons = level_meets(level, self.slo)
+            msg += f"; at C={first_miss}: " + "; ".join(reasons)
+            cap = level.server_max_running_requests
+            if cap is not None and level.max_concurrency > cap:
+                msg += (
+                    f"; server capped running requests at {cap} (C={level.max_concurrency} queues)"
+                )
+        return msg

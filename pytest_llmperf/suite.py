@@ -19,9 +19,10 @@ from pytest_llmperf.config import ConfigError, ServerConfig, server_configs_from
 from pytest_llmperf.gates import Gate, GateError, load_gates
 from pytest_llmperf.metric_defs import METRICS
 from pytest_llmperf.settings import parse_levels, parse_tolerances
+from pytest_llmperf.slo import Slo, SloError, load_slo
 
 SUITE_FILE_NAME = "llmperf.toml"
-_TOP_LEVEL = {"server", "sweep", "gate", "crossover"}
+_TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo"}
 
 
 class SuiteError(ValueError):
@@ -97,6 +98,7 @@ class Suite:
     sweep: SweepSection = field(default_factory=SweepSection)
     gates: list[Gate] = field(default_factory=list)
     crossovers: list[CrossoverSpec] = field(default_factory=list)
+    slo: Slo | None = None
 
     def server(self, name: str) -> ServerConfig:
         for s in self.servers:
@@ -175,6 +177,12 @@ def suite_from_data(
             crossovers.append(CrossoverSpec.model_validate(item))
         except ValidationError as exc:
             problems.extend(_errors(exc, f"{source}: crossover[{i}]"))
+    slo: Slo | None = None
+    if data.get("slo") is not None:
+        try:
+            slo = load_slo(data["slo"], source=f"{source} [slo]")
+        except SloError as exc:
+            problems.append(str(exc))
     names = {s.name for s in servers}
     for i, g in enumerate(gates):
         for role, name in (("config", g.config), ("reference", g.reference)):
@@ -186,7 +194,9 @@ def suite_from_data(
                 problems.append(f"{source}: crossover[{i}].{role}: no server named {name!r}")
     if problems:
         raise SuiteError("invalid llmperf suite file:\n  " + "\n  ".join(problems))
-    return Suite(path=path, servers=servers, sweep=sweep, gates=gates, crossovers=crossovers)
+    return Suite(
+        path=path, servers=servers, sweep=sweep, gates=gates, crossovers=crossovers, slo=slo
+    )
 
 
 def load_suite(path: str | Path) -> Suite:
