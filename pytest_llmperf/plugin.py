@@ -672,6 +672,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from pytest_llmperf._xdist import merge_payloads
 
         merge_payloads(state)
+    order = [s.name for suite in state.suites.values() for s in suite.servers]
+    state.sweeps.sort(key=lambda s: (order.index(s.config) if s.config in order else len(order)))
     _finish(session, state)
 
 
