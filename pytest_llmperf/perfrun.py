@@ -290,6 +290,9 @@ class PerfRun:
                 state.error = self._died_message(config, handle, code)
                 level.notes.append(f"server exited with code {code} during this level")
             self._samples.setdefault((config, workload, concurrency), []).append(level)
+            if code is not None:
+                # The level stays in the results (its failed requests), the point errors.
+                raise PointError(state.error)
             return level
 
     def ensure(
