@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_llmperf.settings import (
+    MARKER_KEYS,
     SETTINGS,
     SettingError,
     check_marker_keys,
@@ -246,6 +247,18 @@ def _gate_id(gate: Any) -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    error = None
+    try:
+        _generate_tests(metafunc)
+    except pytest.UsageError as exc:
+        error = str(exc)
+    if error is not None:
+        # A collection error that reads like a lint message, not a traceback into the plugin
+        # (raised outside the except block, so no chained exception is printed either).
+        pytest.fail(error, pytrace=False)
+
+
+def _generate_tests(metafunc: pytest.Metafunc) -> None:
     names = metafunc.fixturenames
     if not {POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE} & set(names):
         return
@@ -257,6 +270,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = _marker_kwargs(metafunc.definition)
     try:
         check_marker_keys(marker, f"{where}: @pytest.mark.llmperf")
+        for name in sorted(MARKER_KEYS & set(marker)):  # bad values fail here, once per test
+            _effective(state, suite, marker, name, where)
         levels: tuple[int, ...] = _effective(state, suite, marker, "levels", where)
     except SettingError as exc:
         raise pytest.UsageError(f"pytest-llmperf: {exc}") from None
