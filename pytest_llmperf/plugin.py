@@ -427,14 +427,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             points.append((param, _workload(state, suite, _marker_kwargs(item), item.nodeid)))
     if not points and not selected:
         return
+    from pytest_llmperf.perfrun import PointError
+
     store = _store(state)
     run = _run(state, next(iter(state.suites.values())))
-    for (suite_path, cfg), n in selected.items():
-        hw = run.hardware_for(cfg)
-        if n == state.generated.get((suite_path, cfg), -1):
-            store.select(hw, cfg)  # the whole config ran: any entry nobody used is unused
-    for param, wl in points:
-        store.select(run.hardware_for(param.config), param.config, wl.key(), param.concurrency)
+    try:
+        for (suite_path, cfg), n in selected.items():
+            hw = run.hardware_for(cfg)
+            if n == state.generated.get((suite_path, cfg), -1):
+                store.select(hw, cfg)  # the whole config ran: any entry nobody used is unused
+        for param, wl in points:
+            store.select(run.hardware_for(param.config), param.config, wl.key(), param.concurrency)
+    except PointError as exc:  # e.g. --llmperf-require-real without SGLang: launch nothing
+        if hasattr(session.config, "workerinput"):
+            return  # an xdist worker cannot stop the session cleanly: each test reports it
+        raise pytest.UsageError(f"pytest-llmperf: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- run state
