@@ -100,6 +100,7 @@ def server_facts(
         "cuda_graph_max_bs",
         "max_total_num_tokens",
         "sim_profile",
+        "sim_cuda_visible_devices",  # which GPUs a simulated server was given (per xdist worker)
     )
     return ServerFacts(
         mode=mode,
