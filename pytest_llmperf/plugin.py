@@ -208,6 +208,7 @@ def _workload(state: _State, suite: Suite, marker: dict[str, Any], where: str) -
         seed=_effective(state, suite, marker, "seed", where),
         requests_per_level=_effective(state, suite, marker, "requests", where),
         request_timeout_s=_effective(state, suite, marker, "request_timeout", where),
+        request_rate=_effective(state, suite, marker, "request_rate", where),
     )
 
 
@@ -695,7 +696,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         merge_payloads(state)
     order = [s.name for suite in state.suites.values() for s in suite.servers]
-    state.sweeps.sort(key=lambda s: (order.index(s.config) if s.config in order else len(order)))
+    state.sweeps.sort(key=lambda s: order.index(s.config) if s.config in order else len(order))
     _finish(session, state)
 
 

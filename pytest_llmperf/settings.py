@@ -243,6 +243,14 @@ SETTINGS: tuple[Setting, ...] = (
         marker=True,
     ),
     Setting(
+        "request_rate",
+        _positive_float,
+        None,
+        "open-loop Poisson arrivals in req/s, each level capping requests in flight at C "
+        "(default: closed loop, exactly C in flight)",
+        marker=True,
+    ),
+    Setting(
         "repeat", _positive_int, 1, "measure each point N times (noise-aware verdicts)", marker=True
     ),
     Setting(
@@ -302,7 +310,8 @@ SETTINGS: tuple[Setting, ...] = (
         "sim_args",
         _str,
         None,
-        "extra flags appended to every simulated server, e.g. '--sim-jitter 0.03'",
+        "extra flags for simulated servers, e.g. '--sim-jitter 0.03' (all) or "
+        "'mtp: --max-running-requests 40' (one config); parts separated by ';'",
     ),
     Setting(
         "launch_timeout",

@@ -41,6 +41,7 @@ class SweepSection(BaseModel):
     backend: str | None = None
     seed: int | None = None
     repeat: int | None = Field(default=None, gt=0)
+    request_rate: float | None = Field(default=None, gt=0)
     metrics: tuple[str, ...] | None = None
     tolerance: dict[str, Any] | None = None
 
