@@ -185,7 +185,8 @@ def _load_structured(path: Path) -> Any:
 
 def _gates_from_file(path: Path) -> list[Gate]:
     data = _load_structured(path)
-    items = data.get("gates", []) if isinstance(data, Mapping) else data
+    # A bare list, a "gates" list, or a suite file's [[gate]] tables (perf_tests/llmperf.toml).
+    items = data.get("gates", data.get("gate", [])) if isinstance(data, Mapping) else data
     if not isinstance(items, list):
         raise RunFileError(f"{path}: expected a list of gates (or a 'gates' table/list)")
     return load_gates(items, source=str(path))
