@@ -1,0 +1,268 @@
+"""Servers that fail, end to end: a real pytest run against the real simulator with ``--sim-fault``.
+
+Each test injects one fault into one config (``--llmperf-sim-args "name: --sim-fault ..."``) and
+checks the exact outcome, the message a reviewer sees, what ``results.json`` counted, and that the
+session still measured the healthy config. Timings are generous upper bounds on the whole run.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from .conftest import assert_no_servers_left, read_json, run
+
+# The simulator's default profile is not in the tree yet: name the shipped one.
+SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
+HW = "sim-sglang-rtxpro6000x4-qwen35-122b-a10b"
+
+# Two independent servers (no gate), mtp first both in the file and in the run order, so a fault
+# in mtp shows the session going on to plain.
+TWO_SERVERS = """
+[[server]]
+name = "mtp"
+model = "sim/qwen-moe"
+args = ["--speculative-algorithm", "NEXTN"]
+
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[sweep]
+levels = [1, 4]
+"""
+
+SWEEP_TEST = """
+def test_sweep(llmperf_point):
+    llmperf_point.assert_baseline()
+"""
+
+# A traceback frame inside the plugin (server logs mention ``-m pytest_llmperf.sim``, not files).
+PLUGIN_FRAME = re.compile(r"pytest_llmperf/\w+\.py")
+
+
+@pytest.fixture
+def two(pytester: pytest.Pytester) -> Any:
+    pytester.makefile(".toml", llmperf=TWO_SERVERS)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    yield pytester
+    assert_no_servers_left(pytester.path)
+
+
+def timed(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, float]:
+    t0 = time.monotonic()
+    result = run(pytester, *SIM, *args)
+    return result, time.monotonic() - t0
+
+
+def levels_of(pytester: pytest.Pytester) -> dict[tuple[str, int], dict[str, Any]]:
+    results = read_json(pytester.path / "llmperf-results" / "results.json")
+    return {
+        (s["config"], lv["max_concurrency"]): lv for s in results["sweeps"] for lv in s["levels"]
+    }
+
+
+def baseline_files(pytester: pytest.Pytester) -> list[str]:
+    return sorted(p.name for p in (pytester.path / "baselines").rglob("*.json"))
+
+
+def assert_no_plugin_traceback(result: pytest.RunResult) -> None:
+    out = result.stdout.str() + result.stderr.str()
+    assert not PLUGIN_FRAME.search(out), "a traceback into the plugin reached the report"
+
+
+def test_server_exits_during_start(suite: pytest.Pytester) -> None:
+    """plain dies before it is healthy: its points ERROR at once with exit code, log path and
+    log tail; the gate says why; mtp is still measured and recorded."""
+    result, elapsed = timed(
+        suite, "--llmperf-update", "--llmperf-sim-args", "plain: --sim-fault crash-on-start"
+    )
+    print(f"crash-on-start: whole run {elapsed:.1f} s")
+    assert elapsed < 30
+    result.assert_outcomes(errors=2, failed=2, passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_sweep[[]plain-C1[]]*",
+            "config 'plain': server did not start: simulated server 'plain' "
+            "(http://127.0.0.1:*) exited with code 1 after * s.",
+            f"  log: {suite.path}/llmperf-results/logs/plain-*.log",
+            "  last 30 log lines:",
+            "*Simulated faults enabled: crash-on-start",
+            "*RuntimeError: Not enough memory*(simulated: --sim-fault crash-on-start)",
+            "*ERROR at setup of test_sweep[[]plain-C4[]]*",
+            "config 'plain': server did not start: *",
+        ]
+    )
+    # Startup took well under a second on the simulator: the message says how long it ran.
+    took = re.search(r"exited with code 1 after ([0-9.]+) s\.", result.stdout.str())
+    assert took is not None and float(took.group(1)) < 15
+    # Launched once: both plain points name the same log, the file the server wrote.
+    (log,) = (suite.path / "llmperf-results" / "logs").glob("plain-*.log")
+    assert set(re.findall(r"  log: (\S+)", result.stdout.str())) == {str(log)}
+    assert "crash-on-start" in log.read_text()
+    # The gate cannot compare with a server that never started, and says so.
+    result.stdout.fnmatch_lines(
+        ["_*test_gate[[]mtp-wins-low-C-C1[]]*", "config 'plain': server did not start: *"]
+    )
+    assert baseline_files(suite) == ["mtp.json"]
+    assert_no_plugin_traceback(result)
+
+
+def test_server_never_healthy(two: pytest.Pytester) -> None:
+    """plain listens but never becomes healthy: its points ERROR at the launch deadline."""
+    result, elapsed = timed(
+        two,
+        "--llmperf-update",
+        "--llmperf-launch-timeout",
+        "3",
+        "--llmperf-sim-args",
+        "plain: --sim-fault hang-on-start",
+    )
+    print(f"hang-on-start: whole run {elapsed:.1f} s")
+    assert elapsed < 40
+    result.assert_outcomes(errors=2, passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at setup of test_sweep[[]plain-C1[]]*",
+            "config 'plain': server did not start: simulated server 'plain' (http://127.0.0.1:*)"
+            " did not become healthy within 3 s (last /health_generate: HTTP 503).",
+            f"  log: {two.path}/llmperf-results/logs/plain-*.log",
+            "  last 30 log lines:",
+            "*Simulated fault hang-on-start: warmup will never finish.",
+        ]
+    )
+    assert baseline_files(two) == ["mtp.json"]
+    assert_no_plugin_traceback(result)
+
+
+# fault flag, outcomes of mtp's two points, the reason its C=1 message gives.
+MID_SWEEP_FAULTS = {
+    "crash-after-tokens": (
+        ["--sim-fault crash-after-tokens=40"],
+        {"errors": 2},
+        [
+            "config 'mtp': the server exited with code 1 during the run; log: */mtp-*.log",
+            "--- last lines of the server log ---",
+            "*(simulated: --sim-fault crash-after-tokens=40, * tokens served)",
+        ],
+    ),
+    "hang-stream": (
+        ["--sim-fault hang-stream-after-tokens=40"],
+        {"failed": 2},
+        [
+            "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
+            "measurement: 1 of 2 requests failed (allowed 0); first error: request exceeded its "
+            "total deadline of 3s*"
+        ],
+    ),
+    "http-500": (
+        ["--sim-fault http-500"],
+        {"errors": 2},
+        [
+            "config 'mtp' at C=1: the level could not be measured after * s: SweepError: warm-up "
+            "request to http://127.0.0.1:* failed: HTTP 500: Internal Server Error (simulated: "
+            "--sim-fault http-500)"
+        ],
+    ),
+    "cut-stream": (
+        ["--sim-fault cut-stream-after-tokens=40"],
+        {"failed": 2},
+        [
+            "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
+            "measurement: 1 of 2 requests failed (allowed 0); first error: stream cut after * "
+            "tokens: *Error: Response payload is not completed*"
+        ],
+    ),
+    "stream-error": (
+        ["--sim-fault stream-error-after-tokens=40"],
+        {"failed": 2},
+        [
+            "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
+            "measurement: 1 of 2 requests failed (allowed 0); first error: error in stream: "
+            "Simulated engine error after * tokens (--sim-fault stream-error-after-tokens=40)"
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(MID_SWEEP_FAULTS))
+def test_server_fails_mid_sweep(two: pytest.Pytester, fault: str) -> None:
+    """mtp breaks after 40 tokens (the 16-token warm-up, one 16-token request, then the fault):
+    requests fail within their deadline, count as failed and never as tokens, mtp's points
+    fail or error with the reason, nothing of mtp is recorded, and plain is measured after it.
+    """
+    flags, outcomes, lines = MID_SWEEP_FAULTS[fault]
+    result, elapsed = timed(
+        two,
+        "-v",
+        "--llmperf-update",
+        "--llmperf-requests",
+        "2",
+        "--llmperf-request-timeout",
+        "3",
+        "--llmperf-sim-args",
+        f"mtp: {' '.join(flags)}",
+    )
+    print(f"{fault}: whole run {elapsed:.1f} s")
+    # A hung request costs its 3 s deadline: at most C=1's second request and C=4's wave.
+    assert elapsed < 60
+    result.assert_outcomes(passed=2, **outcomes)
+    result.stdout.fnmatch_lines(lines)
+    result.stdout.re_match_lines(
+        [r".*test_sweep\[mtp-C1\] (FAILED|ERROR)", r".*test_sweep\[plain-C4\] PASSED"]
+    )
+    assert baseline_files(two) == ["plain.json"]
+    assert_no_plugin_traceback(result)
+
+    levels = levels_of(two)
+    for c in (1, 4):
+        assert levels[("plain", c)]["failed"] == 0
+        assert levels[("plain", c)]["total_output_tokens"] == levels[("plain", c)]["completed"] * 16
+    if fault == "http-500":
+        # The warm-up request failed: no level was measured, so nothing is counted at all.
+        assert ("mtp", 1) not in levels and ("mtp", 4) not in levels
+        return
+    c1 = levels[("mtp", 1)]
+    assert (c1["completed"], c1["failed"]) == (1, 1)
+    assert c1["total_output_tokens"] == 16  # the completed request only, never partial streams
+    assert c1["errors"]
+    if fault == "hang-stream":
+        assert c1["errors"] == ["request exceeded its total deadline of 3s"]
+        assert c1["duration"] < 3 + 10  # the hung request ended at its deadline
+    if fault == "crash-after-tokens":
+        assert "server exited with code 1 during this level" in c1["notes"]
+        assert ("mtp", 4) not in levels  # C=4 was never started against a dead server
+    else:
+        c4 = levels[("mtp", 4)]
+        assert (c4["completed"], c4["failed"], c4["total_output_tokens"]) == (0, 2, 0)
+
+
+def test_port_taken_server_starts_on_another(two: pytest.Pytester) -> None:
+    """The first port of the range (20000 without xdist) is held by someone else: the server
+    starts on another port of the range and the run passes."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
+        taken = None
+        for port in range(20000, 21000):  # the first free one is the one the plugin would pick
+            try:
+                blocker.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            taken = port
+            break
+        assert taken is not None
+        blocker.listen()
+        result, elapsed = timed(two, "--llmperf-update", "--llmperf-levels", "1")
+    print(f"port taken: whole run {elapsed:.1f} s, port {taken} held")
+    result.assert_outcomes(passed=2)
+    results = read_json(two.path / "llmperf-results" / "results.json")
+    ports = {int(s["server"]["url"].rsplit(":", 1)[1]) for s in results["sweeps"]}
+    assert len(results["sweeps"]) == 2
+    assert taken not in ports and all(20000 <= p < 21000 for p in ports)
+    logs = [p.read_text() for p in (two.path / "llmperf-results" / "logs").glob("*.log")]
+    assert len(logs) == 2
+    assert not any(f"--port {taken}" in text for text in logs)
