@@ -1,0 +1,85 @@
+"""Parallel runs, end to end: two independent configs on two xdist workers.
+
+Each worker launches its own simulated server on its own GPU slice and port range; the workers
+ship their pending baseline writes to the controller, which writes each file once and reports.
+(Concurrent writers of one baseline file are covered at unit level in tests/verdicts.)
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .conftest import assert_no_servers_left, read_json, run
+
+SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
+HW = "sim-sglang-rtxpro6000x4-qwen35-122b-a10b"
+
+# No gate or crossover links the two, so xdist's loadgroup puts them on different workers.
+INDEPENDENT = """
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[[server]]
+name = "mtp"
+model = "sim/qwen-moe"
+args = ["--speculative-algorithm", "NEXTN"]
+
+[sweep]
+levels = [1, 4]
+"""
+
+SWEEP_TEST = """
+def test_sweep(llmperf_point):
+    llmperf_point.assert_baseline()
+"""
+
+
+@pytest.fixture
+def independent(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".toml", llmperf=INDEPENDENT)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    yield pytester
+    assert_no_servers_left(pytester.path)
+
+
+def test_two_workers_record_both_configs_once(independent: pytest.Pytester) -> None:
+    t0 = time.monotonic()
+    result = run(independent, *SIM, "-n", "2", "-v", "--llmperf-update")
+    print(f"xdist -n 2 --llmperf-update: whole run {time.monotonic() - t0:.1f} s")
+    result.assert_outcomes(passed=4)
+    # Each config's points ran on one worker, and the two configs on different workers.
+    workers = {}
+    for config in ("plain", "mtp"):
+        lines = [
+            line
+            for line in result.outlines
+            if line.startswith("[gw") and f"test_sweep[{config}-C" in line and "PASSED" in line
+        ]
+        assert len(lines) == 2, lines
+        (workers[config],) = {line.split("]", 1)[0] for line in lines}
+    assert workers["plain"] != workers["mtp"]
+
+    # The controller flushed once for the whole run and the summary lists both configs.
+    result.stdout.fnmatch_lines(["baselines: 4 baseline entries created in 2 file(s)"])
+    result.stdout.fnmatch_lines(["plain (sglang-in64-out16):"])
+    result.stdout.fnmatch_lines(["mtp (sglang-in64-out16):"])
+    directory = independent.path / "baselines" / HW
+    assert sorted(p.name for p in directory.glob("*.json")) == ["mtp.json", "plain.json"]
+    for config in ("plain", "mtp"):
+        data = read_json(directory / f"{config}.json")
+        assert data["config"] == config
+        assert sorted(data["workloads"]["sglang-in64-out16"]) == ["1", "4"]
+    assert not [p for p in directory.iterdir() if p.suffix not in (".json", ".lock")]
+
+    # Each worker's server had its own GPU slice and port range.
+    results = read_json(independent.path / "llmperf-results" / "results.json")
+    servers = {s["config"]: s["server"] for s in results["sweeps"]}
+    assert sorted(servers) == ["mtp", "plain"]
+    devices = {c: s["server_args"]["sim_cuda_visible_devices"] for c, s in servers.items()}
+    assert sorted(devices.values()) == ["0", "1"], devices
+    ranges = {int(s["url"].rsplit(":", 1)[1]) // 1000 for s in servers.values()}
+    assert ranges == {20, 21}  # gw0 from port 20000, gw1 from 21000
