@@ -39,8 +39,12 @@ class ServerKnobs:
     # Simulator-only knobs (``--sim-*``); real SGLang has none of these.
     sim_profile: str | None = None  # profile name or path to a profile JSON file
     sim_seed: int = 0
-    sim_jitter: float = 0.0  # run-to-run speed jitter (fraction, e.g. 0.03 = +-3 %), drawn once per process
-    sim_time_scale: float = 1.0  # >1 runs the model slower than real time (e.g. for tests on a busy CI)
+    sim_jitter: float = (
+        0.0  # run-to-run speed jitter (fraction, e.g. 0.03 = +-3 %), drawn once per process
+    )
+    sim_time_scale: float = (
+        1.0  # >1 runs the model slower than real time (e.g. for tests on a busy CI)
+    )
     # (lo, hi, factor): steps whose running batch size is in [lo, hi] take `factor` x longer.
     sim_slowdown: tuple[tuple[int, int, float], ...] = ()
     unknown_args: tuple[str, ...] = field(default_factory=tuple)

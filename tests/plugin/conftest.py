@@ -1,0 +1,105 @@
+"""Helpers for driving the plugin end to end: a tiny suite against the simulated server."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+# Small and quick: the simulator's default profile, short prompts and outputs.
+FAST = ["--llmperf-input-len", "64", "--llmperf-output-len", "16", "-p", "no:randomly"]
+
+SUITE = """
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[[server]]
+name = "mtp"
+model = "sim/qwen-moe"
+args = ["--speculative-algorithm", "NEXTN"]
+
+[sweep]
+levels = [1, 4]
+
+[[gate]]
+name = "mtp-wins-low-C"
+config = "mtp"
+reference = "plain"
+factor = 1.0
+where = "C<=4"
+"""
+
+TESTS = """
+def test_sweep(llmperf_point):
+    llmperf_point.assert_baseline()
+
+
+def test_gate(llmperf_gate):
+    llmperf_gate.check()
+"""
+
+
+def sim_servers() -> list[psutil.Process]:
+    """Simulated servers still running anywhere on the machine, started by this test run."""
+    out = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "pytest_llmperf.sim" in cmd:
+            out.append(proc)
+    return out
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> Any:
+    """A pytester dir holding a two-server suite (plain, mtp) and its tests.
+
+    Afterwards, asserts that no simulated server started from it is still running.
+    """
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makepyfile(test_perf=TESTS)
+    yield pytester
+    assert_no_servers_left(pytester.path)
+
+
+def run(pytester: pytest.Pytester, *args: str, timeout: float = 240) -> pytest.RunResult:
+    """Run pytest in a subprocess (event loops, servers and signals stay out of this one)."""
+    return pytester.runpytest_subprocess(*FAST, *args, timeout=timeout)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def servers_under(path: Path) -> list[psutil.Process]:
+    """Simulated servers whose working directory is inside ``path`` (this test's runs)."""
+    out = []
+    for proc in sim_servers():
+        try:
+            if Path(proc.cwd()).is_relative_to(path):
+                out.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def assert_no_servers_left(path: Path, timeout: float = 10.0) -> None:
+    """No server process outlives the session (bounded wait for ones just being reaped)."""
+    _, alive = psutil.wait_procs(servers_under(path), timeout=timeout)
+    assert not alive, f"server processes outlived the session: {[p.pid for p in alive]}"
+
+
+@pytest.fixture(params=[[], ["-n", "2"]], ids=["no-xdist", "xdist-2"])
+def xdist_args(request: pytest.FixtureRequest) -> list[str]:
+    return list(request.param)
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
