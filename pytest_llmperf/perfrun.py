@@ -279,9 +279,16 @@ class PerfRun:
                 if code is not None:
                     state.error = self._died_message(config, handle, code)
                     raise PointError(state.error) from None
+                refused = any(f"HTTP {status}" in str(exc) for status in (401, 403))
                 raise PointError(
                     f"config {config!r} at C={concurrency}: the level could not be measured "
                     f"after {time.monotonic() - t0:.1f} s: {type(exc).__name__}: {exc}"
+                    + (
+                        "; the server refused the API key: set LLMPERF_API_KEY (or "
+                        "--llmperf-api-key) to the key the server was started with"
+                        if refused
+                        else ""
+                    )
                 ) from None
             state.warmed = True
             code = handle.poll()
