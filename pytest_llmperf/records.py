@@ -20,6 +20,7 @@ class RequestRecord:
     speculative step, or chunks coalesced by the server), the gap since the previous token is
     split evenly across them, as SGLang's ``bench_serving`` does for ITL. All tokens of the
     *first* event are stamped at the first event's arrival (``first_event_tokens`` of them).
+    Events that arrive in one network read share the read's stamp (``add_read``).
     """
 
     index: int
@@ -30,7 +31,7 @@ class RequestRecord:
     output_tokens: int = 0
     token_times: array[float] = field(default_factory=lambda: array("d"))
     first_event_tokens: int = 0
-    events: int = 0  # token-bearing events received (< output_tokens with multi-token events)
+    events: int = 0  # SSE data events received before [DONE] (the client's unit of work)
     error: str | None = None
     spec_accept_length: float | None = None  # the server's per-request figure, if it sent one
     t_scheduled: float | None = None  # open-loop arrivals: when this request was due
@@ -62,6 +63,31 @@ class RequestRecord:
             times.append(t)  # exact, not prev + n*step, so the last stamp is the arrival itself
         self.output_tokens += n_new
         self.events += 1
+
+    def add_read(self, t: float, n_first: int, n_total: int, n_events: int) -> None:
+        """Record ``n_events`` events that arrived together in one read at ``t``.
+
+        The same stamps as ``add_tokens`` once per event, without the per-event calls: the
+        first event's ``n_first`` tokens split the gap since the previous token, and the other
+        ``n_total - n_first`` tokens land at ``t`` (they arrived at the same instant).
+        """
+        times = self.token_times
+        if not times:
+            self.ttft = t - self.t_send
+            self.first_event_tokens = n_first
+            times.extend([t] * n_total)
+        else:
+            if n_first == 1:
+                times.append(t)
+            else:
+                prev = times[-1]
+                step = (t - prev) / n_first
+                times.extend([prev + step * k for k in range(1, n_first)])
+                times.append(t)
+            if n_total > n_first:
+                times.extend([t] * (n_total - n_first))
+        self.output_tokens += n_total
+        self.events += n_events
 
     def itls(self) -> list[float]:
         """Inter-token gaps after the first event, with multi-token gaps already split."""

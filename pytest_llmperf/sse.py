@@ -4,15 +4,21 @@ SGLang serialises events with orjson, which leaves U+2028/U+2029 unescaped insid
 strings; ``str.splitlines()`` (and so httpx's ``aiter_lines()``) splits on them and breaks the
 JSON. So events are split on bytes, on the blank line that ends an SSE event (``\\n\\n``),
 tolerating CRLF and lone-CR line endings as the SSE spec allows.
+
+The load generator works per network read, not per event: ``SSEDecoder.take`` hands back the
+complete events of a read as one buffer without splitting it, and ``scan_data_lines`` walks them
+with C-speed searches. Splitting into payloads (``payloads``) is the exact, slower path for
+anything unusual.
 """
 
 from __future__ import annotations
 
 DONE = b"[DONE]"
+DATA = b"data: "
 
 
 class SSEDecoder:
-    """Incremental decoder: feed raw body bytes, get back the ``data`` payload of each event.
+    """Incremental decoder: feed raw body bytes, get back the events they complete.
 
     Comment lines (``: ping``) and ``event:``/``id:``/``retry:`` fields are dropped; an event with
     several ``data:`` lines yields them joined by ``\\n`` (per the spec). Kept deliberately small:
@@ -24,29 +30,79 @@ class SSEDecoder:
     def __init__(self) -> None:
         self._buf = b""
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """Add bytes; return the data payloads of the events completed by them (maybe none)."""
+    def take(self, chunk: bytes) -> tuple[bytes, int]:
+        """Add bytes; return ``(data, end)`` where ``data[:end]`` holds every event they
+        complete (``end`` is where the last blank line starts; -1 when none is complete yet).
+
+        Nothing is split or copied per event, so a read that completes a hundred events costs
+        about as much as one that completes one.
+        """
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
             buf = _normalise_newlines(buf)
-        if b"\n\n" not in buf:
+        end = buf.rfind(b"\n\n")
+        if end < 0:
             self._buf = buf
-            return []
-        *events, self._buf = buf.split(b"\n\n")
-        out: list[bytes] = []
-        for ev in events:
-            if ev.startswith(b"data: ") and b"\n" not in ev:
-                out.append(ev[6:])  # the common case: one data line
-            elif ev:
-                payload = _data_of(ev)
-                if payload is not None:
-                    out.append(payload)
-        return out
+            return buf, -1
+        self._buf = buf[end + 2 :]
+        return buf, end
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """Add bytes; return the data payloads of the events completed by them (maybe none)."""
+        data, end = self.take(chunk)
+        return payloads(data, end) if end >= 0 else []
 
     @property
     def pending(self) -> bytes:
         """Bytes of an incomplete event (non-empty when a stream is cut mid-event)."""
         return self._buf
+
+
+def payloads(data: bytes, end: int) -> list[bytes]:
+    """The data payloads of the complete events in ``data[:end]`` (as ``SSEDecoder.take`` gives)."""
+    out: list[bytes] = []
+    for ev in data[:end].split(b"\n\n"):
+        if ev.startswith(DATA) and b"\n" not in ev:
+            out.append(ev[6:])  # the common case: one data line
+        elif ev:
+            payload = _data_of(ev)
+            if payload is not None:
+                out.append(payload)
+    return out
+
+
+def scan_data_lines(data: bytes, end: int, key: bytes) -> tuple[int, int, int, int, int] | None:
+    """Walk the events of ``data[:end]`` without splitting them, looking for ``key`` in each.
+
+    Returns ``(count, first_key, last_key, last_start, last_stop)``: how many events, the offset
+    of ``key`` in the first and in the last event (the last occurrence within each), and the
+    bounds of the last event's payload. Returns None unless every event is exactly one
+    ``data: `` line holding ``key``; the caller then takes the exact path (``payloads``). JSON
+    never holds a raw newline, so one line per event is what SGLang and OpenAI servers send.
+    """
+    find = data.find
+    rfind = data.rfind
+    startswith = data.startswith
+    pos = n = 0
+    first = last = -1
+    start = stop = 0
+    while pos < end:
+        if not startswith(DATA, pos):
+            return None
+        nl = find(b"\n", pos, end)
+        if nl < 0:
+            nl = end
+        elif data[nl + 1] != 10:  # a second line in this event: not the simple shape
+            return None
+        j = rfind(key, pos, nl)
+        if j < 0:
+            return None
+        if first < 0:
+            first = j
+        last, start, stop = j, pos + 6, nl
+        n += 1
+        pos = nl + 2
+    return n, first, last, start, stop
 
 
 def _normalise_newlines(buf: bytes) -> bytes:

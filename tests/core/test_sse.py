@@ -1,10 +1,11 @@
-"""SSE framing on bytes: every split point, CRLF, U+2028, comments, multi-line data."""
+"""SSE framing on bytes: every split point, CRLF, U+2028, comments, multi-line data, and the
+per-read scan that spares the load generator a split per event."""
 
 from __future__ import annotations
 
 import orjson
 
-from pytest_llmperf.sse import DONE, SSEDecoder, split_events
+from pytest_llmperf.sse import DONE, SSEDecoder, payloads, scan_data_lines, split_events
 
 EVENTS = [
     orjson.dumps(
@@ -60,3 +61,43 @@ def test_incomplete_event_is_pending_not_emitted() -> None:
     dec = SSEDecoder()
     assert dec.feed(b'data: {"a":1}\n\ndata: {"b"') == [b'{"a":1}']
     assert dec.pending == b'data: {"b"'
+
+
+KEY = b'"completion_tokens":'
+
+
+def test_take_hands_back_complete_events_unsplit() -> None:
+    dec = SSEDecoder()
+    data, end = dec.take(b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: {"c"')
+    assert data[:end] == b'data: {"a":1}\n\ndata: {"b":2}'
+    assert payloads(data, end) == [b'{"a":1}', b'{"b":2}']
+    assert dec.pending == b'data: {"c"'
+    assert dec.take(b":3}") == (b'data: {"c":3}', -1)  # nothing complete yet
+
+
+def test_scan_counts_plain_events_and_finds_the_key() -> None:
+    events = [
+        b'data: {"text":"\xe2\x80\xa8 \\"completion_tokens\\": 9","completion_tokens":%d}' % k
+        for k in (1, 2, 5)
+    ]
+    data = b"\n\n".join(events) + b"\n\n"
+    end = data.rfind(b"\n\n")
+    scan = scan_data_lines(data, end, KEY)
+    assert scan is not None
+    n, first, last, start, stop = scan
+    assert n == 3
+    assert data[first + len(KEY) : first + len(KEY) + 1] == b"1"  # not the escaped one in text
+    assert data[last + len(KEY) : last + len(KEY) + 1] == b"5"
+    assert data[start:stop] == events[-1][6:]
+
+
+def test_scan_declines_anything_but_one_data_line_with_the_key() -> None:
+    for odd in (
+        b": ping",  # a comment event
+        b'event: x\ndata: {"completion_tokens":2}',  # another field
+        b'data: {"completion_tokens":2,\ndata: "x":1}',  # data over two lines
+        b'data:{"completion_tokens":2}',  # no space: payload offsets differ
+        b'data: {"error":{"message":"boom"}}',  # no count
+    ):
+        data = b'data: {"completion_tokens":1}\n\n' + odd + b"\n\n"
+        assert scan_data_lines(data, data.rfind(b"\n\n"), KEY) is None, odd
