@@ -1,16 +1,24 @@
 """Async streaming requests against SGLang's native and OpenAI-compatible APIs.
 
-Built on httpx's API with the httpx-aiohttp transport: stock httpx spends most of its CPU in
+Measured streams go straight through aiohttp (one session, no connection cap); control
+requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
+httpx-aiohttp transport. Stock httpx spends most of its CPU in
 connection-pool bookkeeping at 128+ concurrent streams and then stamps tokens tens of
-milliseconds late (see docs). Each chunk is stamped with ``perf_counter()`` before any parsing,
-and the hot path only splits bytes and finds ``"completion_tokens":`` with a bytes search;
-full JSON is parsed only for events that need it (errors, the last event, OpenAI chunks
-without usage).
+milliseconds late; httpx's per-chunk layers over aiohttp still cost more than everything else
+the client does per read (see ``benchmarks/bench_loadgen.py``).
+
+The hot path works per network read, not per event: every event in one read arrived at the
+same instant, so the read is stamped once with ``perf_counter()`` before any parsing, and for
+SGLang ``/generate`` the token count is the last ``"completion_tokens":`` of the read, found by
+C-speed searches over the unsplit bytes. Full JSON is parsed only for the final event, errors,
+and OpenAI chunks without usage; anything unusual in a read falls back to splitting it into
+events and handling them one by one, with the same result.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import re
 import time
@@ -20,11 +28,13 @@ from typing import Any, Literal, cast
 import aiohttp
 import httpx
 import orjson
+from aiohttp.client_proto import ResponseHandler
 from httpx_aiohttp import AiohttpTransport
+from yarl import URL
 
 from pytest_llmperf.records import RequestRecord
 from pytest_llmperf.results import Backend
-from pytest_llmperf.sse import DONE, SSEDecoder
+from pytest_llmperf.sse import DONE, SSEDecoder, payloads, scan_data_lines
 
 BACKEND_PATHS: dict[str, str] = {
     "sglang": "/generate",
@@ -33,15 +43,61 @@ BACKEND_PATHS: dict[str, str] = {
 }
 CONNECT_TIMEOUT_S = 10.0
 WRITE_TIMEOUT_S = 30.0
-READ_BUFSIZE = 1 << 20  # aiohttp's 64 KiB default throttles long cumulative-text streams
+# Measured streams: aiohttp's own 64 KiB. With a bigger buffer aiohttp calls resume_reading()
+# for every HTTP chunk it hands over (it does so whenever less than the buffer size is queued),
+# which cost ~20 % more CPU per event when reads coalesce (benchmarks/bench_loadgen.py). Large
+# events are fine: readany() has no line limit, the buffer only paces the socket.
+STREAM_READ_BUFSIZE = 1 << 16
+PROBE_READ_BUFSIZE = 1 << 20  # control requests: /metrics bodies can exceed 64 KiB
 MAX_ERROR_CHARS = 300
 _CT_KEY = b'"completion_tokens":'
+_CT_LEN = len(_CT_KEY)
+_DONE_EVENT = b"data: " + DONE
 _INT = re.compile(rb"\s*(\d+)")
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
 class ServerError(RuntimeError):
     """The server answered a control request (not a measured one) with something unusable."""
+
+
+class _ArrivalStamper(ResponseHandler):
+    """aiohttp's connection protocol, plus the time the last bytes came off the socket.
+
+    A stream task learns about new bytes only after the event loop has run every other ready
+    socket's callbacks: with 64 first tokens landing together, aiohttp's header handling
+    alone delays the last one by about a millisecond. Stamping here, before aiohttp does
+    anything, removes that from TTFT and ITL.
+    """
+
+    t_arrival = math.nan
+
+    def data_received(self, data: bytes) -> None:
+        if data:  # b"" is aiohttp resuming its own parser, not an arrival
+            self.t_arrival = time.perf_counter()
+        super().data_received(data)
+
+
+def make_session(read_bufsize: int = STREAM_READ_BUFSIZE) -> aiohttp.ClientSession:
+    """An aiohttp session with no connection cap and no total timeout.
+
+    Concurrency is bounded by the sweep's workers, not by the pool: a pool limit below C
+    would queue requests inside the client and show up as TTFT. Must be created inside the
+    running loop that will use it. Environment proxies are ignored (loopback benchmarks must
+    not detour through one).
+    """
+    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=75.0)
+    # aiohttp has no public hook for its connection protocol; every connector has built it with
+    # self._factory since 3.0. Should that change, streams fall back to stamping on resume.
+    if callable(getattr(conn, "_factory", None)):
+        factory = functools.partial(_ArrivalStamper, loop=asyncio.get_running_loop())
+        conn._factory = cast("functools.partial[ResponseHandler]", factory)
+    return aiohttp.ClientSession(
+        connector=conn,
+        read_bufsize=read_bufsize,
+        timeout=aiohttp.ClientTimeout(total=None),
+        trust_env=False,
+    )
 
 
 def make_http_client(
@@ -53,19 +109,13 @@ def make_http_client(
 ) -> httpx.AsyncClient:
     """An httpx client over aiohttp with no connection cap and no pool timeout.
 
-    Concurrency is bounded by the sweep's workers, not by the pool: a pool limit below C
-    would queue requests inside the client and show up as TTFT. ``read`` must cover the
-    longest TTFT under queueing and every inter-token gap. The API key travels only in the
-    Authorization header and is never logged.
+    ``read`` must cover the longest TTFT under queueing and every inter-token gap. The API key
+    travels only in the Authorization header and is never logged.
     """
 
     def session() -> aiohttp.ClientSession:
         # Created lazily by the transport, inside the running loop that will use it.
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=75.0),
-            read_bufsize=READ_BUFSIZE,
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
+        return make_session(PROBE_READ_BUFSIZE)
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     return httpx.AsyncClient(
@@ -123,6 +173,13 @@ def _int_after(payload: bytes, pos: int) -> int:
     return int(m.group(1)) if m else -1
 
 
+def _done_at_end(data: bytes, end: int) -> bool:
+    """Whether the last event of ``data[:end]`` is exactly ``data: [DONE]``."""
+    return data.endswith(_DONE_EVENT, 0, end) and (
+        end == 12 or data[end - 14 : end - 12] == b"\n\n"
+    )
+
+
 def _error_message(obj: object) -> str | None:
     """The error carried by an event (SGLang ``{"error": ...}`` or OpenAI ``object: error``)."""
     if not isinstance(obj, dict):
@@ -143,7 +200,7 @@ def _short(text: str) -> str:
 
 
 class LoadGenerator:
-    """One HTTP client plus one backend's request format; ``request()`` measures one request.
+    """One HTTP session plus one backend's request format; ``request()`` measures one request.
 
     Use as ``async with LoadGenerator(url, "sglang") as gen: rec = await gen.request(...)``.
     """
@@ -167,20 +224,38 @@ class LoadGenerator:
         self.request_timeout_s = request_timeout_s
         self._api_key = api_key
         self._path = BACKEND_PATHS[backend]
+        self._url = URL(self.base_url + self._path)  # parsed once, not per request
+        self._headers = dict(_JSON_HEADERS)
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        # read: the longest TTFT under queueing and every inter-token gap (no total: the
+        # request's own deadline is asyncio.timeout below)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout_s
+        )
+        self._session: aiohttp.ClientSession | None = None
         self._http: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> LoadGenerator:
+        self._session = make_session()
         self._http = make_http_client(
             self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s
         )
         if self.backend != "sglang" and self.model is None:
-            self.model = await self.resolve_model()
+            try:
+                self.model = await self.resolve_model()
+            except BaseException:
+                await self.__aexit__()
+                raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -188,6 +263,13 @@ class LoadGenerator:
         if self._http is None:
             raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
         return self._http
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The aiohttp session the measured streams use."""
+        if self._session is None:
+            raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
+        return self._session
 
     async def resolve_model(self) -> str:
         """The served model name from ``/v1/models`` (OpenAI APIs require one)."""
@@ -220,6 +302,7 @@ class LoadGenerator:
     ) -> RequestRecord:
         """Send one streaming request and measure it; never raises for request failures."""
         payload = body if body is not None else self.body(prompt, output_len)
+        session = self.session
         rec = RequestRecord(
             index=index,
             prompt_tokens=len(prompt) if not isinstance(prompt, str) else 0,
@@ -228,70 +311,150 @@ class LoadGenerator:
         rec.t_send = time.perf_counter()
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                if self.backend == "sglang":
-                    await self._stream_generate(rec, payload)
-                else:
-                    await self._stream_openai(rec, payload)
+                async with session.post(
+                    self._url,
+                    data=payload,
+                    headers=self._headers,
+                    timeout=self._timeout,
+                    allow_redirects=False,
+                ) as resp:
+                    if resp.status != 200:
+                        await _fail_from_body(rec, resp)
+                    else:
+                        conn = resp.connection
+                        proto = conn.protocol if conn is not None else None
+                        stamper = proto if isinstance(proto, _ArrivalStamper) else None
+                        if self.backend == "sglang":
+                            await self._stream_generate(rec, resp.content, stamper)
+                        else:
+                            await self._stream_openai(rec, resp.content, stamper)
+        except aiohttp.ClientError as e:  # before TimeoutError: a read timeout is both
+            rec.fail(_cut_message(rec, e))
         except TimeoutError:
             rec.fail(f"request exceeded its total deadline of {self.request_timeout_s:g}s")
-        except (httpx.HTTPError, aiohttp.ClientError, OSError, orjson.JSONDecodeError) as e:
-            where = f"stream cut after {rec.output_tokens} tokens: " if rec.events else ""
-            rec.fail(_short(f"{where}{type(e).__name__}: {e}" if str(e) else type(e).__name__))
+        except (OSError, ValueError) as e:  # ValueError: orjson.JSONDecodeError
+            rec.fail(_cut_message(rec, e))
         if not rec.ok:
             rec.e2e = time.perf_counter() - rec.t_send if math.isnan(rec.e2e) else rec.e2e
         return rec
 
-    async def _open_failed(self, rec: RequestRecord, resp: httpx.Response) -> bool:
-        if resp.status_code == 200:
-            return False
-        raw = await resp.aread()
-        text = raw[:2000].decode("utf-8", "replace")
-        try:
-            msg = _error_message(orjson.loads(raw)) or text
-        except orjson.JSONDecodeError:
-            msg = text
-        rec.fail(_short(f"HTTP {resp.status_code}: {msg}"))
-        return True
+    async def _stream_generate(
+        self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
+    ) -> None:
+        """SGLang ``/generate``: one stamp and one ``feed`` per network read."""
+        read = content.readany
+        parser = GenerateStreamParser(rec)
+        feed = parser.feed
+        while True:
+            chunk = await read()
+            # the bytes' arrival; else now, before parsing can delay it
+            t = stamper.t_arrival if stamper is not None else time.perf_counter()
+            if not chunk:
+                break
+            if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
+                feed(chunk, t)
+                if not rec.ok:
+                    return
+        parser.finish()
 
-    async def _stream_generate(self, rec: RequestRecord, body: bytes) -> None:
-        """SGLang ``/generate``: tokens from ``meta_info.completion_tokens`` deltas."""
-        decoder = SSEDecoder()
-        last_ct = 0
-        last_payload: bytes | None = None
-        t_done = -1.0
-        async with self.http.stream(
-            "POST", self._path, content=body, headers=_JSON_HEADERS
-        ) as resp:
-            if await self._open_failed(rec, resp):
-                return
-            async for chunk in resp.aiter_raw():
-                t = time.perf_counter()  # stamp first: parsing below must not delay it
-                if t_done >= 0:
-                    continue  # drain to EOF so the connection is reused
-                for data in decoder.feed(chunk):
-                    if data == DONE:
-                        t_done = t
-                        break
-                    j = data.rfind(_CT_KEY)
-                    if j < 0:
-                        msg = _error_message(orjson.loads(data))
-                        if msg is not None:
-                            rec.fail(_short(f"error in stream: {msg}"))
-                            return
-                        continue
-                    ct = _int_after(data, j + len(_CT_KEY))
-                    if ct > last_ct:
-                        rec.add_tokens(t, ct - last_ct)
-                        last_ct = ct
-                    last_payload = data
-        if t_done < 0:
+    async def _stream_openai(
+        self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
+    ) -> None:
+        """OpenAI completions/chat: one stamp and one ``feed`` per network read."""
+        read = content.readany
+        parser = OpenAIStreamParser(rec, chat=self.backend == "openai-chat")
+        while True:
+            chunk = await read()
+            t = stamper.t_arrival if stamper is not None else time.perf_counter()
+            if not chunk:
+                break
+            if parser.t_done < 0:
+                parser.feed(chunk, t)
+                if not rec.ok:
+                    return
+        parser.finish()
+
+
+class GenerateStreamParser:
+    """SGLang ``/generate`` stream -> ``RequestRecord``, fed one network read at a time.
+
+    Tokens come from ``meta_info.completion_tokens``, which is cumulative. Per read: the
+    events it completes are checked to be plain ``data:`` lines that each carry a count
+    (C-speed searches over the unsplit bytes), and only the first and last counts are parsed;
+    anything else (an error, a comment, a count that did not grow) takes the exact path, event
+    by event, with the same result. No I/O: tests feed it bytes.
+    """
+
+    __slots__ = ("_decoder", "_last_ct", "_last_payload", "rec", "t_done")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec = rec
+        self.t_done = -1.0  # when [DONE] arrived; nothing after it is parsed
+        self._decoder = SSEDecoder()
+        self._last_ct = 0
+        self._last_payload: bytes | None = None  # the last event with a count
+
+    def feed(self, chunk: bytes, t: float) -> None:
+        """Parse one read that arrived at ``t``; fails the record on an error event."""
+        data, end = self._decoder.take(chunk)
+        if end < 0:
+            return
+        done = _done_at_end(data, end)
+        stop = end - 14 if done else end  # 14: b"\n\ndata: [DONE]"
+        scan = scan_data_lines(data, stop, _CT_KEY) if stop > 0 else (0, 0, 0, 0, 0)
+        if scan is not None:
+            n, first, last, start, stop = scan
+            if n:
+                last_ct = self._last_ct
+                c1 = _int_after(data, first + _CT_LEN)
+                cl = c1 if n == 1 else _int_after(data, last + _CT_LEN)
+                if c1 > last_ct and cl >= c1:
+                    self.rec.add_read(t, c1 - last_ct, cl - last_ct, n)
+                    self._last_ct = cl
+                    self._last_payload = data[start:stop]
+                else:
+                    scan = None  # a count that did not grow: event by event
+        if scan is None:
+            done = self._feed_events(payloads(data, end), t)
+        if done:
+            self.t_done = t
+
+    def _feed_events(self, events: list[bytes], t: float) -> bool:
+        """The exact path: event by event. True when ``[DONE]`` came."""
+        rec = self.rec
+        for data in events:
+            if data == DONE:
+                return True
+            j = data.rfind(_CT_KEY)
+            if j < 0:
+                msg = _error_message(orjson.loads(data))
+                if msg is not None:
+                    rec.fail(_short(f"error in stream: {msg}"))
+                    return False
+                rec.events += 1
+                continue
+            ct = _int_after(data, j + _CT_LEN)
+            if ct > self._last_ct:
+                rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                self._last_ct = ct
+            else:
+                rec.events += 1
+            self._last_payload = data
+        return False
+
+    def finish(self) -> None:
+        """The stream ended: judge it from [DONE] and the last event's ``meta_info``."""
+        rec = self.rec
+        if not rec.ok:
+            return
+        if self.t_done < 0:
             rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
             return
-        rec.e2e = t_done - rec.t_send
-        if last_payload is None:
+        rec.e2e = self.t_done - rec.t_send
+        if self._last_payload is None:
             rec.fail("stream finished without any token")
             return
-        meta = orjson.loads(last_payload).get("meta_info") or {}
+        meta = orjson.loads(self._last_payload).get("meta_info") or {}
         finish = meta.get("finish_reason")
         if not finish:
             rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
@@ -303,70 +466,111 @@ class LoadGenerator:
         if isinstance(sal, int | float):
             rec.spec_accept_length = float(sal)
 
-    async def _stream_openai(self, rec: RequestRecord, body: bytes) -> None:
-        """OpenAI completions/chat: tokens from continuous usage stats when the server sends
-        them, else one per content chunk reconciled with the final usage."""
-        decoder = SSEDecoder()
-        chat = self.backend == "openai-chat"
-        mode: Literal["usage", "chunks"] | None = None
-        last_ct = 0
-        final_usage: int | None = None
-        usage_payload: bytes | None = None
-        finish: bool = False
-        t_done = -1.0
-        async with self.http.stream(
-            "POST", self._path, content=body, headers=_JSON_HEADERS
-        ) as resp:
-            if await self._open_failed(rec, resp):
+
+class OpenAIStreamParser:
+    """OpenAI completions/chat stream -> ``RequestRecord``, fed one network read at a time.
+
+    Tokens come from continuous usage stats when the server sends them, else one per content
+    chunk, reconciled with the final usage. Event by event: OpenAI chunks are small.
+    """
+
+    __slots__ = (
+        "_chat",
+        "_decoder",
+        "_final_usage",
+        "_finish",
+        "_last_ct",
+        "_mode",
+        "_usage_payload",
+        "rec",
+        "t_done",
+    )
+
+    def __init__(self, rec: RequestRecord, *, chat: bool) -> None:
+        self.rec = rec
+        self.t_done = -1.0
+        self._chat = chat
+        self._decoder = SSEDecoder()
+        self._mode: Literal["usage", "chunks"] | None = None
+        self._last_ct = 0
+        self._final_usage: int | None = None
+        self._usage_payload: bytes | None = None
+        self._finish = False
+
+    def feed(self, chunk: bytes, t: float) -> None:
+        """Parse one read that arrived at ``t``; fails the record on an error or abort."""
+        rec = self.rec
+        for data in self._decoder.feed(chunk):
+            if data == DONE:
+                self.t_done = t
                 return
-            async for chunk in resp.aiter_raw():
-                t = time.perf_counter()
-                if t_done >= 0:
+            if b'"finish_reason":"' in data:
+                if b'"finish_reason":"abort"' in data:
+                    rec.fail("request aborted by server (finish_reason abort)")
+                    return
+                self._finish = True
+            j = data.rfind(_CT_KEY)
+            if j >= 0:
+                self._usage_payload = data
+                ct = _int_after(data, j + _CT_LEN)
+                if self._mode != "chunks" and ct > self._last_ct:
+                    self._mode = "usage"
+                    rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                    self._last_ct = ct
                     continue
-                for data in decoder.feed(chunk):
-                    if data == DONE:
-                        t_done = t
-                        break
-                    if b'"finish_reason":"' in data:
-                        if b'"finish_reason":"abort"' in data:
-                            rec.fail("request aborted by server (finish_reason abort)")
-                            return
-                        finish = True
-                    j = data.rfind(_CT_KEY)
-                    if j >= 0:
-                        usage_payload = data
-                        ct = _int_after(data, j + len(_CT_KEY))
-                        if mode == "chunks":
-                            final_usage = ct  # the closing usage chunk
-                        else:
-                            mode = "usage"
-                            if ct > last_ct:
-                                rec.add_tokens(t, ct - last_ct)
-                                last_ct = ct
-                        continue
-                    obj = orjson.loads(data)
-                    msg = _error_message(obj)
-                    if msg is not None:
-                        rec.fail(_short(f"error in stream: {msg}"))
-                        return
-                    if _has_content(obj, chat):
-                        mode = "chunks"
-                        rec.add_tokens(t, 1)
-        if t_done < 0:
+                if self._mode == "chunks":
+                    self._final_usage = ct  # the closing usage chunk
+                else:
+                    self._mode = "usage"
+                rec.events += 1
+                continue
+            obj = orjson.loads(data)
+            msg = _error_message(obj)
+            if msg is not None:
+                rec.fail(_short(f"error in stream: {msg}"))
+                return
+            if _has_content(obj, self._chat):
+                self._mode = "chunks"
+                rec.add_tokens(t, 1)
+            else:
+                rec.events += 1
+
+    def finish(self) -> None:
+        """The stream ended: judge it from [DONE], finish_reason and the final usage."""
+        rec = self.rec
+        if not rec.ok:
+            return
+        if self.t_done < 0:
             rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
             return
-        rec.e2e = t_done - rec.t_send
-        if not finish:
+        rec.e2e = self.t_done - rec.t_send
+        if not self._finish:
             rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
-        if mode == "chunks" and final_usage is not None:
+        if self._mode == "chunks" and self._final_usage is not None:
             # Chunks can carry several tokens; the server's count is the truth for throughput.
-            rec.output_tokens = final_usage
-        if usage_payload is not None:
-            usage = orjson.loads(usage_payload).get("usage") or {}
+            rec.output_tokens = self._final_usage
+        if self._usage_payload is not None:
+            usage = orjson.loads(self._usage_payload).get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
                 rec.prompt_tokens = usage["prompt_tokens"]
         if rec.output_tokens == 0 and rec.ok:
             rec.fail("stream finished without any token")
+
+
+async def _fail_from_body(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
+    """A non-200 answer: the request fails with the server's own message."""
+    raw = await resp.read()
+    text = raw[:2000].decode("utf-8", "replace")
+    try:
+        msg = _error_message(orjson.loads(raw)) or text
+    except orjson.JSONDecodeError:
+        msg = text
+    rec.fail(_short(f"HTTP {resp.status}: {msg}"))
+
+
+def _cut_message(rec: RequestRecord, e: BaseException) -> str:
+    where = f"stream cut after {rec.output_tokens} tokens: " if rec.events else ""
+    return _short(f"{where}{type(e).__name__}: {e}" if str(e) else f"{where}{type(e).__name__}")
 
 
 def _has_content(obj: object, chat: bool) -> bool:

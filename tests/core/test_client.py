@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import random
+import re
 from typing import Any
 
+import orjson
 import pytest
 
-from pytest_llmperf.client import LoadGenerator, request_body
+from pytest_llmperf.client import GenerateStreamParser, LoadGenerator, request_body
 from pytest_llmperf.records import RequestRecord
+from pytest_llmperf.sse import DONE, SSEDecoder
 
 from .fake_server import FakeServer
 
@@ -123,11 +128,131 @@ def test_api_key_sent_as_bearer_and_never_in_errors(fake_server: FakeServer) -> 
 
 
 def test_generate_body_shape() -> None:
-    import orjson
-
     body = orjson.loads(request_body("sglang", [5, 6], 100, temperature=0.0))
     assert body == {
         "input_ids": [5, 6],
         "sampling_params": {"max_new_tokens": 100, "ignore_eos": True, "temperature": 0.0},
         "stream": True,
     }
+
+
+# --- per-read parsing against the plain per-event semantics ----------------------------------
+_KEY = b'"completion_tokens":'
+
+
+def _per_event_reference(chunks: list[tuple[float, bytes]]) -> RequestRecord:
+    """What the per-read parser must reproduce, written the plain way: split every read into
+    events, parse each count, stamp each event's new tokens at its read's arrival."""
+    rec = RequestRecord(index=0, t_send=0.0)
+    decoder = SSEDecoder()
+    last = 0
+    for t, chunk in chunks:
+        for data in decoder.feed(chunk):
+            if data == DONE:
+                return rec
+            j = data.rfind(_KEY)
+            if j < 0:
+                err = orjson.loads(data).get("error")
+                if err:
+                    return rec.fail(f"error in stream: {err['message']}")
+                rec.events += 1
+                continue
+            m = re.match(rb"\s*(\d+)", data[j + len(_KEY) :])
+            assert m is not None
+            ct = int(m.group(1))
+            if ct > last:
+                rec.add_tokens(t, ct - last)
+                last = ct
+            else:
+                rec.events += 1
+    return rec
+
+
+def _random_stream(rng: random.Random) -> bytes:
+    """A /generate body with the shapes that trip per-read shortcuts: multi-token and repeated
+    counts, JSON text holding U+2028, 'data: ', '[DONE]' and the count key itself, CRLF,
+    comments, data split over two lines, other fields, 'data:' without a space, an error."""
+    texts = ["a\u2028b", "data: x", "[DONE]", '"completion_tokens": 99', "\n", "ok "]
+    events: list[bytes] = []
+    ct, text = 0, ""
+    for _ in range(rng.randint(1, 40)):
+        ct += rng.choice([1, 1, 1, 2, 4, 0])
+        text += rng.choice(texts)
+        meta = {"finish_reason": None, "prompt_tokens": 3, "completion_tokens": ct}
+        events.append(b"data: " + orjson.dumps({"text": text, "meta_info": meta}))
+        roll = rng.random()
+        if roll < 0.03:
+            events.append(b": keep-alive")
+        elif roll < 0.05:
+            events.append(b'data: {"text":"x",\ndata: "meta_info":{"completion_tokens":%d}}' % ct)
+        elif roll < 0.07:
+            events.append(b'data: {"meta_info":{"completion_tokens":%d},\ndata: "text":"x"}' % ct)
+        elif roll < 0.09:
+            events.append(b'id: 7\ndata:{"meta_info":{"completion_tokens":%d}}' % ct)
+        elif roll < 0.10:
+            events.append(b'data:{"meta_info":{"completion_tokens":%d}}' % ct)
+        elif roll < 0.11:
+            events.append(b'data: {"error":{"message":"KV cache OOM"}}')
+    meta = {"finish_reason": {"type": "length"}, "prompt_tokens": 3, "completion_tokens": ct + 1}
+    final = b"data:" if rng.random() < 0.1 else b"data: "  # the space is optional in SSE
+    events.append(final + orjson.dumps({"text": text + "!", "meta_info": meta}))
+    events.append(b"data: [DONE]")
+    sep = b"\r\n" if rng.random() < 0.2 else b"\n"
+    return b"".join(e.replace(b"\n", sep) + sep + sep for e in events)
+
+
+def _random_reads(rng: random.Random, body: bytes) -> list[tuple[float, bytes]]:
+    reads, pos, k = [], 0, 0
+    while pos < len(body):
+        size = rng.choice([1, 3, 17, 100, 700, 5000, 100_000])
+        reads.append((0.001 * (k + 1), body[pos : pos + size]))
+        pos += size
+        k += 1
+    return reads
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_per_read_parser_matches_per_event_semantics(seed: int) -> None:
+    rng = random.Random(seed)
+    reads = _random_reads(rng, _random_stream(rng))
+    rec = RequestRecord(index=0, t_send=0.0)
+    parser = GenerateStreamParser(rec)
+    for t, chunk in reads:
+        if parser.t_done < 0 and rec.ok:
+            parser.feed(chunk, t)
+    want = _per_event_reference(reads)
+    assert rec.error == want.error
+    assert rec.output_tokens == want.output_tokens
+    assert rec.events == want.events
+    assert list(rec.token_times) == list(want.token_times)  # exact, not approximately
+    assert rec.first_event_tokens == want.first_event_tokens
+    assert rec.ttft == want.ttft or (math.isnan(rec.ttft) and math.isnan(want.ttft))
+    if rec.ok:
+        parser.finish()
+        assert rec.ok, rec.error
+        assert rec.e2e == reads[-1][0]
+
+
+def test_plain_sglang_reads_never_split_into_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's own stream shape stays on the per-read path, whatever the read boundaries."""
+
+    def per_event(self: GenerateStreamParser, events: list[bytes], t: float) -> bool:
+        raise AssertionError(f"fell back to per-event parsing for {events[:1]!r}")
+
+    monkeypatch.setattr(GenerateStreamParser, "_feed_events", per_event)
+    text, body = "", b""
+    for ct in range(1, 301):
+        text += " tok\u2028"
+        meta = {"finish_reason": {"type": "length"} if ct == 300 else None, "completion_tokens": ct}
+        body += b"data: " + orjson.dumps({"text": text, "meta_info": meta}) + b"\n\n"
+    body += b"data: [DONE]\n\n"
+    for size in (7, 64, 1000, 65536):
+        rec = RequestRecord(index=0, t_send=0.0)
+        parser = GenerateStreamParser(rec)
+        reads = [body[i : i + size] for i in range(0, len(body), size)]
+        for k, chunk in enumerate(reads):
+            parser.feed(chunk, float(k + 1))
+        parser.finish()
+        assert rec.ok, rec.error
+        assert (rec.output_tokens, rec.events, len(rec.token_times)) == (300, 300, 300)
+        assert rec.e2e == float(len(reads))
