@@ -59,6 +59,7 @@ _ID_BYTES_COMMA: tuple[bytes, ...] = tuple(b"," + b for b in _ID_BYTES)
 
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream"}
+WRITE_TIMES_LIMIT = 100_000  # requests whose first/last write times /_sim/ground_truth keeps
 _NATIVE, _COMPLETIONS, _CHAT = 0, 1, 2
 
 
@@ -216,6 +217,7 @@ class _Stream:
         self.role_sent = False
         self.error: str | None = None  # fault: the message sent inside the stream
         self.reject: str | None = None  # the engine refused a request before any token
+        self.to_stamp: list[_Gen] = []  # first/last token events queued, not yet written
 
     def wake(self) -> None:
         w = self.waiter
@@ -311,6 +313,9 @@ class SimServer:
         self.requests_aborted = 0
         self.fault_log: list[str] = []
         self.streams: set[_Stream] = set()
+        # rid -> [first, last] perf_counter() time its token events were handed to the socket:
+        # the truth a client's TTFT is compared with (the engine's step ends exclude the front)
+        self.write_times: dict[str, list[float | None]] = {}
         self._engine_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.port: int = knobs.port
@@ -542,6 +547,8 @@ class SimServer:
                 self._native_event(st, gen, start, stop, ev.finished)
             else:
                 self._openai_event(st, gen, start, stop, ev.finished)
+            if (start == 0 and stop > 0) or ev.finished:
+                st.to_stamp.append(gen)
             if st.n_done == len(st.gens):
                 self._stream_tail(st)
             st.wake()
@@ -920,6 +927,13 @@ class SimServer:
 
     async def sim_ground_truth(self, request: web.Request) -> web.Response:
         gt = dict(self.engine.ground_truth())
+        fields = gt.get("fields")
+        if isinstance(fields, list) and "rid" in fields:
+            # the HTTP front's side: when the first and last token events were written
+            i = fields.index("rid")
+            none = (None, None)
+            gt["fields"] = [*fields, "t_first_write", "t_last_write"]
+            gt["requests"] = [[*row, *self.write_times.get(row[i], none)] for row in gt["requests"]]
         gt["server"] = self._server_counters()
         return _json(gt)
 
@@ -1126,6 +1140,20 @@ class SimServer:
             self.streams.discard(st)
             self._abort_unfinished(st)
 
+    def _note_writes(self, gens: list[_Gen]) -> None:
+        """Record when first/last token events go to the socket: just before the write, so a
+        client on this host (same monotonic clock) can never have seen them earlier."""
+        t = time.perf_counter()
+        times = self.write_times
+        for gen in gens:
+            rec = times.get(gen.rid)
+            if rec is None:
+                rec = times[gen.rid] = [t, None]
+                if len(times) > WRITE_TIMES_LIMIT:
+                    del times[next(iter(times))]
+            if gen.finished:
+                rec[1] = t
+
     async def _serve_stream(self, request: web.Request, st: _Stream) -> web.StreamResponse:
         """Write queued events as they come; headers go out with the first event, as in SGLang."""
         resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
@@ -1136,10 +1164,15 @@ class SimServer:
                 pending = st.pending
                 if pending:
                     st.pending = []
+                    stamp = st.to_stamp
+                    if stamp:
+                        st.to_stamp = []
                     data = pending[0] if len(pending) == 1 else b"".join(pending)
                     try:
                         if not resp.prepared:
                             await resp.prepare(request)
+                        if stamp:
+                            self._note_writes(stamp)
                         await resp.write(data)
                     except ConnectionResetError:
                         break  # the client went away; finally aborts the engine request
