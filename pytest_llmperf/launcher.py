@@ -540,6 +540,23 @@ def _http_client(url: str, api_key: str | None) -> httpx.Client:
     )
 
 
+def _listens_on(proc: subprocess.Popen[bytes], port: int | None) -> bool:
+    """Whether the server's own process tree listens on ``port`` (True if we cannot tell)."""
+    if port is None:
+        return True
+    for p in _descendants(proc.pid):
+        try:
+            # psutil >= 6 names it net_connections; connections() is the older spelling.
+            conns = getattr(p, "net_connections", p.connections)(kind="tcp")
+        except psutil.AccessDenied:
+            return True
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False
+
+
 def _poll_health(
     client: httpx.Client, url: str, deadline: float, proc: subprocess.Popen[bytes] | None
 ) -> tuple[bool, str]:
@@ -558,9 +575,15 @@ def _poll_health(
         try:
             resp = client.get(f"{url}/health_generate", timeout=max(0.05, min(2.0, deadline - now)))
             if resp.status_code == 200:
-                if proc is None or proc.poll() is None:
+                if proc is None:
                     return True, "HTTP 200"
-                return False, last
+                if proc.poll() is not None:
+                    return False, last
+                if _listens_on(proc, httpx.URL(url).port):
+                    return True, "HTTP 200"
+                # Someone else took the port between our check and the server's bind (another
+                # run's server answers): wait for ours to fail its bind and retry elsewhere.
+                last = "HTTP 200 from another process listening on the port"
             last = f"HTTP {resp.status_code}"
         except httpx.HTTPError as exc:
             last = type(exc).__name__
