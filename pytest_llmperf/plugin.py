@@ -83,6 +83,7 @@ class _State:
     suite_for_item: dict[str, Path] = field(default_factory=dict)
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)
     unused_failed: bool = False
+    xdist_worker: bool = False
 
 
 STATE = pytest.StashKey[_State]()
@@ -115,7 +116,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"pytest-llmperf: {exc}") from None
     ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
     config.stash[STATE] = _State(
-        settings=settings, rootdir=Path(config.rootpath), ini_source=ini_source
+        settings=settings,
+        rootdir=Path(config.rootpath),
+        ini_source=ini_source,
+        xdist_worker=getattr(config, "workerinput", None) is not None,
     )
 
     if config.pluginmanager.hasplugin("xdist"):
@@ -482,12 +486,25 @@ def _run(state: _State, suite: Suite) -> PerfRun:
                 details=bool(s["details"]),
                 scrape_metrics=bool(s["scrape_metrics"]),
                 progress=_progress_printer(),
-                env=dict(os.environ),
+                env=_environment(state),
                 slo=suite.slo,
             )
         except ValueError as exc:
             raise pytest.UsageError(f"pytest-llmperf: {exc}") from None
     return state.run
+
+
+def _environment(state: _State) -> dict[str, str]:
+    """The environment a run slices GPUs and ports by; xdist's worker id only if we are one.
+
+    A pytest started from inside an xdist worker (pytester, a nested run) inherits the parent's
+    PYTEST_XDIST_WORKER and would otherwise take that worker's GPU slice and port range.
+    """
+    env = dict(os.environ)
+    if not state.xdist_worker:
+        env.pop("PYTEST_XDIST_WORKER", None)
+        env.pop("PYTEST_XDIST_WORKER_COUNT", None)
+    return env
 
 
 def _progress_printer() -> Any:
