@@ -23,7 +23,6 @@ from .conftest import FAST, assert_no_servers_left, read_json, run
 
 # The simulator's default profile is not in the tree yet: name the shipped one.
 SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
-HW = "sim-sglang-rtxpro6000x4-qwen35-122b-a10b"
 
 # Two independent servers (no gate), mtp first both in the file and in the run order, so a fault
 # in mtp shows the session going on to plain.
