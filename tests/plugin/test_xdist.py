@@ -8,6 +8,7 @@ ship their pending baseline writes to the controller, which writes each file onc
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -49,7 +50,7 @@ pytest_llmperf.monitor.CPU_PERCENT_LIMIT = 1000.0
 
 
 @pytest.fixture
-def independent(pytester: pytest.Pytester) -> pytest.Pytester:
+def independent(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
     pytester.makefile(".toml", llmperf=INDEPENDENT)
     pytester.makepyfile(test_perf=SWEEP_TEST)
     pytester.makeconftest(RELAXED_CLIENT_CHECK)
