@@ -2,17 +2,19 @@
 
 Measured streams go straight through aiohttp (one session, no connection cap); control
 requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
-httpx-aiohttp transport. Stock httpx spends most of its CPU in
-connection-pool bookkeeping at 128+ concurrent streams and then stamps tokens tens of
-milliseconds late; httpx's per-chunk layers over aiohttp still cost more than everything else
-the client does per read (see ``benchmarks/bench_loadgen.py``).
+httpx-aiohttp transport. Stock httpx spends most of its CPU in connection-pool bookkeeping at
+128+ concurrent streams and then stamps tokens tens of milliseconds late; httpx's per-chunk
+layers over aiohttp still cost more than everything else the client does per read (see
+``benchmarks/bench_loadgen.py``).
 
 The hot path works per network read, not per event: every event in one read arrived at the
-same instant, so the read is stamped once with ``perf_counter()`` before any parsing, and for
-SGLang ``/generate`` the token count is the last ``"completion_tokens":`` of the read, found by
-C-speed searches over the unsplit bytes. Full JSON is parsed only for the final event, errors,
-and OpenAI chunks without usage; anything unusual in a read falls back to splitting it into
-events and handling them one by one, with the same result.
+same instant, so a read gets one stamp, the time its bytes came off the socket (recorded by
+the connection protocol, before aiohttp parses anything; else ``perf_counter()`` before any
+parsing of ours). For SGLang ``/generate`` the token count is the last
+``"completion_tokens":`` of the read, found by C-speed searches over the unsplit bytes. Full
+JSON is parsed only for the final event, errors, and OpenAI chunks without usage; anything
+unusual in a read falls back to splitting it into events and handling them one by one, with
+the same result.
 """
 
 from __future__ import annotations
@@ -259,7 +261,7 @@ class LoadGenerator:
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """The shared client, also used for probes (``/server_info``, ``/flush_cache``)."""
+        """The httpx client for probes (``/server_info``, ``/flush_cache``, ``/metrics``)."""
         if self._http is None:
             raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
         return self._http
