@@ -37,7 +37,7 @@ class HardwareSpec(_Strict):
 
 
 class MambaSpec(_Strict):
-    """Hybrid Mamba/attention models (Qwen3-Next, Qwen3.5/3.6): the state pool caps running requests.
+    """Hybrid Mamba/attention models (Qwen3-Next, Qwen3.5/3.6): the state pool caps running reqs.
 
     SGLang caps ``max_running_requests`` to ``max_mamba_cache_size // ratio``; with speculative
     decoding the intermediate draft states are reserved first, leaving far fewer slots.
