@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,12 @@ WORKLOAD = Workload(input_len=128, output_len=64, request_timeout_s=120.0)
 TOK_S_TOLERANCE = 0.02
 TTFT_P50_TOLERANCE_MS = 1.0
 SERVER_CPU, CLIENT_CPU = 0, 1  # used only where there are at least two CPUs
+# TTFT levels send 3C+1 requests: a closed loop's first tokens come in waves of C, and with 2C
+# requests the median sits on the edge between two waves, i.e. on the single latest request
+# of a wave, so one request's delay would stand for the p50.
+TTFT_WAVES = 3
+TTFT_ATTEMPTS = 3
+DISTURBED_WAIT_S = 0.010  # the client thread runnable but off-CPU this long: the box was busy
 
 
 def _launch(tmp: Path, name: str, *flags: str) -> ServerHandle:
@@ -72,7 +79,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
         if _can_pin() and handle.pid is not None:
             leader = psutil.Process(handle.pid)
             for proc in [leader, *leader.children(recursive=True)]:
-                proc.cpu_affinity([SERVER_CPU])
+                for thread in proc.threads():  # affinity is per thread on Linux
+                    os.sched_setaffinity(thread.id, {SERVER_CPU})
         yield handle
 
 
@@ -118,14 +126,22 @@ def test_tokens_and_throughput_match_ground_truth(sim: ServerHandle, concurrency
     assert err <= TOK_S_TOLERANCE, f"aggregate tok/s off by {100 * err:.2f}% at C={concurrency}"
 
 
-def _closed_loop_with_rids(
-    url: str, concurrency: int, tag: str
-) -> tuple[list[RequestRecord], ClientHealth]:
-    """One closed-loop level as a sweep runs it (same generator, uvloop, GC off), except that
-    each body carries a ``rid`` so every record pairs with its ground-truth row."""
-    n = WORKLOAD.num_requests(concurrency)
+def _runqueue_wait_s() -> float:
+    """Time this thread has spent runnable but waiting for a CPU (Linux schedstat; else 0)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
-    async def level() -> tuple[list[RequestRecord], ClientHealth]:
+
+def _closed_loop_with_rids(
+    url: str, concurrency: int, tag: str, n: int
+) -> tuple[list[RequestRecord], ClientHealth, float]:
+    """One closed-loop level of ``n`` requests as a sweep runs it (same generator, uvloop, GC
+    off), except that each body carries a ``rid`` so every record pairs with its truth row."""
+
+    async def level() -> tuple[list[RequestRecord], ClientHealth, float]:
         if _can_pin():
             os.sched_setaffinity(0, {CLIENT_CPU})  # this thread only: it ends with the level
         async with LoadGenerator(
@@ -148,24 +164,29 @@ def _closed_loop_with_rids(
 
             monitor = LoopMonitor()
             gc.disable()
+            waited0 = _runqueue_wait_s()
             monitor.start()
             try:
                 await asyncio.gather(*(worker() for _ in range(concurrency)))
             finally:
                 health = await monitor.stop()
                 gc.enable()
-        return records, health
+        return records, health, _runqueue_wait_s() - waited0
 
-    return run_in_own_loop(level, timeout_s=sweep_deadline_s(WORKLOAD, [concurrency]))
+    waves = WORKLOAD.model_copy(update={"requests_per_level": n})
+    return run_in_own_loop(level, timeout_s=sweep_deadline_s(waves, [concurrency]))
 
 
-@pytest.mark.parametrize("concurrency", LEVELS)
-def test_ttft_p50_matches_ground_truth(sim: ServerHandle, concurrency: int) -> None:
-    tag = f"ttft-c{concurrency}"
-    records, health = _closed_loop_with_rids(sim.url, concurrency, tag)
+def _ttft_level(sim: ServerHandle, concurrency: int, tag: str) -> tuple[float, float, str]:
+    """Measure one level; return (TTFT p50 gap ms, the client's CPU wait s, a summary line).
+
+    Asserts causality on the way: no first token may be stamped before the server sent it.
+    """
+    n = TTFT_WAVES * concurrency + 1
+    records, health, waited_s = _closed_loop_with_rids(sim.url, concurrency, tag, n)
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
     truth = {r["rid"]: r for r in _truth(sim.url) if str(r["rid"]).startswith(tag + "-")}
-    assert len(truth) == len(records) == WORKLOAD.num_requests(concurrency)
+    assert len(truth) == len(records) == n
     first_write = np.array([truth[f"{tag}-{r.index}"]["t_first_write"] for r in records])
     t_send = np.array([r.t_send for r in records])
     client_ttft = np.array([r.ttft for r in records])
@@ -182,17 +203,26 @@ def test_ttft_p50_matches_ground_truth(sim: ServerHandle, concurrency: int) -> N
         float(np.median([truth[f"{tag}-{r.index}"]["t_first_token"] - r.t_send for r in records]))
         * 1e3
     )
-    print(
+    summary = (
         f"C={concurrency}: TTFT p50 client {lv.median_ttft_ms:.3f} ms, server first write "
         f"{truth_p50_ms:.3f} ms (gap {gap_ms:+.3f} ms; engine step end {engine_p50_ms:.3f} ms); "
         f"client delay p50 {np.median(delay_ms):.3f} / p99 {np.percentile(delay_ms, 99):.3f} / "
-        f"max {delay_ms.max():.3f} ms; loop lag p99 {health.loop_lag_p99_ms:.2f} ms, "
-        f"client CPU {health.cpu_percent:.0f}%"
+        f"max {delay_ms.max():.3f} ms; loop lag p99 {health.loop_lag_p99_ms:.2f} ms, client CPU "
+        f"{health.cpu_percent:.0f}%, the client thread waited {waited_s * 1e3:.1f} ms for a CPU"
     )
-    assert abs(gap_ms) <= TTFT_P50_TOLERANCE_MS, (
-        f"TTFT p50 off by {gap_ms:+.3f} ms at C={concurrency} (loop lag p99 "
-        f"{health.loop_lag_p99_ms:.2f} ms, client CPU {health.cpu_percent:.0f}%)"
-    )
+    return gap_ms, waited_s, summary
+
+
+@pytest.mark.parametrize("concurrency", LEVELS)
+def test_ttft_p50_matches_ground_truth(sim: ServerHandle, concurrency: int) -> None:
+    # A miss is measured again only when other processes demonstrably took the client's CPU
+    # (its thread sat runnable on the run queue); a miss without that fails at once.
+    for attempt in range(1, TTFT_ATTEMPTS + 1):
+        gap_ms, waited_s, summary = _ttft_level(sim, concurrency, f"ttft-c{concurrency}-{attempt}")
+        print(summary)
+        if abs(gap_ms) <= TTFT_P50_TOLERANCE_MS or waited_s < DISTURBED_WAIT_S:
+            break
+    assert abs(gap_ms) <= TTFT_P50_TOLERANCE_MS, f"TTFT p50 off by {gap_ms:+.3f} ms: {summary}"
 
 
 def test_speculative_multi_token_events_counted_exactly(tmp_path: Path) -> None:
