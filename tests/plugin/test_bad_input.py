@@ -14,8 +14,7 @@ import pytest
 
 from .conftest import assert_no_servers_left, run
 
-SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
-HW = "sim-sglang-rtxpro6000x4-qwen35-122b-a10b"
+HW = "sim-fast-moe"  # the hardware key of the simulator's default profile
 
 ONE_SERVER = """
 [[server]]
@@ -115,7 +114,7 @@ def test_bad_setting_is_a_usage_error_naming_its_source(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     # Not run(): its small-workload flags would win over the environment variables.
-    result = one.runpytest_subprocess(*SIM, *args, timeout=120)
+    result = one.runpytest_subprocess(*args, timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: pytest-llmperf: {expected}"])
     assert_clean(result)
@@ -124,7 +123,7 @@ def test_bad_setting_is_a_usage_error_naming_its_source(
 
 def test_bad_ini_tolerance_names_the_ini_file(one: pytest.Pytester) -> None:
     ini = one.makefile(".ini", pytest="[pytest]\nllmperf_tolerance = output_throughput=1.5\n")
-    result = run(one, *SIM)
+    result = run(one)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -171,7 +170,7 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
             llmperf_point.assert_baseline()
         """
     )
-    result = run(one, *SIM, "test_marker.py")
+    result = run(one, "test_marker.py")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
@@ -238,7 +237,7 @@ def test_bad_suite_file_is_a_collection_error_naming_file_and_field(
     one: pytest.Pytester, toml: str, expected: list[str]
 ) -> None:
     path = one.makefile(".toml", llmperf=toml)
-    result = run(one, *SIM)
+    result = run(one)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
@@ -261,7 +260,7 @@ def test_config_name_the_baselines_refuse_is_rejected_by_the_suite_file(
     one: pytest.Pytester,
 ) -> None:
     path = one.makefile(".toml", llmperf=ONE_SERVER.replace('name = "plain"', 'name = "a..b"'))
-    result = run(one, *SIM)
+    result = run(one)
     assert_no_servers_left(one.path)
     result.stdout.fnmatch_lines([f"  {path}: server[[]0].name: *"])
     assert_clean(result)
@@ -304,7 +303,7 @@ def test_bad_baseline_file_fails_its_test_naming_path_and_field(
     path = one.path / "baselines" / HW / "plain.json"
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    result = run(one, *SIM, "--llmperf-metrics", "output_throughput")
+    result = run(one, "--llmperf-metrics", "output_throughput")
     assert_no_servers_left(one.path)
     result.assert_outcomes(failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import FAST, assert_no_servers_left, read_json, run
+from pytest_llmperf.sim.profile import DEFAULT_PROFILE
 
-# The simulator's default profile is not in the tree yet: name the shipped one.
-SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
+from .conftest import FAST, assert_no_servers_left, read_json, run
 
 # Two independent servers (no gate), mtp first both in the file and in the run order, so a fault
 # in mtp shows the session going on to plain.
@@ -71,7 +70,7 @@ def two(pytester: pytest.Pytester) -> Any:
 
 def timed(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, float]:
     t0 = time.monotonic()
-    result = run(pytester, *SIM, *args)
+    result = run(pytester, *args)
     return result, time.monotonic() - t0
 
 
@@ -306,7 +305,7 @@ def test_port_taken_between_check_and_bind_is_retried(two: pytest.Pytester, tmp_
     _AlwaysHealthy.hits = []
     with (tmp_path / "pytest-output.txt").open("w+b") as output:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", *FAST, *SIM, "--llmperf-update", "-k", "plain"],
+            [sys.executable, "-m", "pytest", *FAST, "--llmperf-update", "-k", "plain"],
             cwd=two.path,
             stdin=subprocess.DEVNULL,
             stdout=output,
@@ -346,4 +345,6 @@ def test_port_taken_between_check_and_bind_is_retried(two: pytest.Pytester, tmp_
     results = read_json(two.path / "llmperf-results" / "results.json")
     (sweep,) = results["sweeps"]
     assert not sweep["server"]["url"].endswith(f":{port}")
-    assert sweep["server"]["sim_profile"] == SIM[1]  # measured our simulator, not the impostor
+    assert (
+        sweep["server"]["sim_profile"] == DEFAULT_PROFILE
+    )  # measured our simulator, not the impostor

@@ -19,9 +19,6 @@ from pytest_llmperf.ports import free_port
 
 from .conftest import assert_no_servers_left, read_json, run, servers_under
 
-PROFILE = "sglang-rtxpro6000x4-qwen35-122b-a10b"
-SIM = ["--llmperf-sim-profile", PROFILE]
-
 TWO_SERVERS = """
 [[server]]
 name = "plain"
@@ -68,8 +65,7 @@ def secured_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     key = "sk-llmperf-" + secrets.token_hex(16)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "pytest_llmperf.sim", "--sim-profile", PROFILE]
-    argv += ["--port", str(port), "--api-key", key]
+    argv = [sys.executable, "-m", "pytest_llmperf.sim", "--port", str(port), "--api-key", key]
     with (tmp_path / "server.log").open("wb") as log:
         proc = subprocess.Popen(
             argv, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
@@ -169,7 +165,7 @@ def test_wrong_api_key_is_a_clear_401_without_the_key(
 def test_require_real_without_sglang_launches_nothing(
     two: pytest.Pytester, xdist_args: list[str]
 ) -> None:
-    result = run(two, *SIM, "--llmperf-require-real", *xdist_args)
+    result = run(two, "--llmperf-require-real", *xdist_args)
     message = (
         "config '*': SGLang is not installed in * and --llmperf-require-real refuses the "
         "simulated server"
@@ -194,7 +190,6 @@ def test_reports_and_logs_stay_in_the_configured_directories(
     before = set(everything_written(two.path))
     result = run(
         two,
-        *SIM,
         "--llmperf-update",
         "--llmperf-output-dir",
         "out/perf" if where == "relative" else str(out),

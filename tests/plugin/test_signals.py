@@ -22,7 +22,6 @@ import pytest
 
 from .conftest import servers_under
 
-SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
 T = TypeVar("T")
 
 TWO_SERVERS = """
@@ -55,7 +54,6 @@ PYTEST = (
 LONG = [
     "-p",
     "no:cacheprovider",
-    *SIM,
     "--llmperf-input-len",
     "64",
     "--llmperf-output-len",

@@ -14,8 +14,7 @@ import pytest
 
 from .conftest import assert_no_servers_left, read_json, run
 
-SIM = ["--llmperf-sim-profile", "sglang-rtxpro6000x4-qwen35-122b-a10b"]
-HW = "sim-sglang-rtxpro6000x4-qwen35-122b-a10b"
+HW = "sim-fast-moe"  # the hardware key of the simulator's default profile
 
 # No gate or crossover links the two, so xdist's loadgroup puts them on different workers.
 INDEPENDENT = """
@@ -60,7 +59,7 @@ def independent(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
 
 def test_two_workers_record_both_configs_once(independent: pytest.Pytester) -> None:
     t0 = time.monotonic()
-    result = run(independent, *SIM, "-n", "2", "-v", "--llmperf-update")
+    result = run(independent, "-n", "2", "-v", "--llmperf-update")
     print(f"xdist -n 2 --llmperf-update: whole run {time.monotonic() - t0:.1f} s")
     result.assert_outcomes(passed=4)
     # Each config's points ran on one worker, and the two configs on different workers.
