@@ -232,10 +232,11 @@ class SimEngine:
                 anchor = time.monotonic()
             due = anchor + self._plan()
             delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            else:
+            if delay <= 0:
                 await asyncio.sleep(0)  # let the HTTP front run even when behind
+            while delay > 0:  # timers may fire a clock tick early: never emit before due
+                await asyncio.sleep(delay)
+                delay = due - time.monotonic()
             late = time.monotonic() - due
             self._lags.append(late if late > 0 else 0.0)
             self._commit(due)
