@@ -11,4 +11,6 @@ def test_sweep(llmperf_point):
 
 def test_no_failed_requests(llmperf_point):
     result = llmperf_point.result
-    assert result.failed == 0, f"{llmperf_point.config} at C={llmperf_point.concurrency}: {result.errors}"
+    assert result.failed == 0, (
+        f"{llmperf_point.config} at C={llmperf_point.concurrency}: {result.errors}"
+    )
