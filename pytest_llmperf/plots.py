@@ -95,7 +95,8 @@ def plot_throughput(
                 )
                 ax.plot(bc, [band[c][0] for c in bc], "--", color=color, lw=1, alpha=0.7)
             cap = s.server.max_running_requests
-            if cap is not None:
+            swept = [lv.max_concurrency for lv in s.levels]
+            if cap is not None and swept and cap <= max(swept):  # a cap beyond the sweep: noise
                 ax.axvline(cap, color=color, ls=":", lw=1)
                 ax.annotate(
                     f"{s.config} running cap {cap}",

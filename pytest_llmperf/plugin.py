@@ -800,10 +800,7 @@ def _write_plots(state: _State, directory: Path) -> None:
             summary = entry.metrics.get("output_throughput") if entry else None
             if entry is not None and summary is not None:
                 tol = resolve_tolerance("output_throughput", entry=entry)
-                bands.setdefault(sweep.config, {})[lv.max_concurrency] = (
-                    summary.mean * (1 - tol),
-                    summary.mean * (1 + tol),
-                )
+                bands.setdefault(sweep.config, {})[lv.max_concurrency] = (summary.mean, tol)
     crossover = None
     if state.crossovers and state.suites:
         suite = next(iter(state.suites.values()))
