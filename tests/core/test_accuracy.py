@@ -59,7 +59,7 @@ SERVER_CPU, CLIENT_CPU = 0, 1  # used only where there are at least two CPUs
 # of a wave, so one request's delay would stand for the p50.
 TTFT_WAVES = 3
 TTFT_ATTEMPTS = 3
-DISTURBED_WAIT_S = 0.010  # the client thread runnable but off-CPU this long: the box was busy
+DISTURBED_WAIT_S = 0.002  # the client thread runnable but off-CPU this long: the box was busy
 
 
 def _launch(tmp: Path, name: str, *flags: str) -> ServerHandle:
