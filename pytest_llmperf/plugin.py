@@ -598,28 +598,33 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     )
 
 
+def _sweep_check_kwargs(request: pytest.FixtureRequest, run: PerfRun) -> dict[str, Any]:
+    """What every whole-sweep check (crossover, SLO) needs: its levels, workload and store."""
+    state = _state(request.config)
+    suite = state.suites[request.param.suite_path]
+    _run(state, suite)
+    marker = _marker_kwargs(request.node)
+    where = request.node.nodeid
+    return {
+        "levels": _effective(state, suite, marker, "levels", where),
+        "workload": _workload(state, suite, marker, where),
+        "run": run,
+        "store": _store(state),
+        "update": bool(state.settings["update"]),
+        "node": request.node,
+        "on_result": state.crossovers.append,
+    }
+
+
 @pytest.fixture
 def llmperf_slo(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     """The largest swept C whose level meets the suite's [slo], held to its baseline."""
     from pytest_llmperf.point import SloCheck
 
     param: SloParam = request.param
-    state = _state(request.config)
-    suite = state.suites[param.suite_path]
-    _run(state, suite)
-    marker = _marker_kwargs(request.node)
-    where = request.node.nodeid
-    return SloCheck(
-        config_name=param.config,
-        slo=suite.slo,
-        levels=_effective(state, suite, marker, "levels", where),
-        workload=_workload(state, suite, marker, where),
-        run=llmperf_run,
-        store=_store(state),
-        update=bool(state.settings["update"]),
-        node=request.node,
-        on_result=state.crossovers.append,
-    )
+    suite = _state(request.config).suites[param.suite_path]
+    kwargs = _sweep_check_kwargs(request, llmperf_run)
+    return SloCheck(config_name=param.config, slo=suite.slo, **kwargs)
 
 
 @pytest.fixture
@@ -628,21 +633,9 @@ def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> A
     from pytest_llmperf.point import CrossoverCheck
 
     param: CrossoverParam = request.param
-    state = _state(request.config)
-    suite = state.suites[param.suite_path]
-    _run(state, suite)
-    marker = _marker_kwargs(request.node)
-    where = request.node.nodeid
-    return CrossoverCheck(
-        spec=suite.crossovers[param.index],
-        levels=_effective(state, suite, marker, "levels", where),
-        workload=_workload(state, suite, marker, where),
-        run=llmperf_run,
-        store=_store(state),
-        update=bool(state.settings["update"]),
-        node=request.node,
-        on_result=state.crossovers.append,
-    )
+    suite = _state(request.config).suites[param.suite_path]
+    kwargs = _sweep_check_kwargs(request, llmperf_run)
+    return CrossoverCheck(spec=suite.crossovers[param.index], **kwargs)
 
 
 # ----------------------------------------------------------------------------- reporting

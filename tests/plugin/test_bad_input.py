@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from .conftest import assert_no_servers_left, run
+from .conftest import SWEEP_TEST, assert_no_servers_left, run
 
 HW = "sim-fast-moe"  # the hardware key of the simulator's default profile
 
@@ -26,10 +26,6 @@ args = []
 levels = [1]
 """
 
-SWEEP_TEST = """
-def test_sweep(llmperf_point):
-    llmperf_point.assert_baseline()
-"""
 
 # A frame of the plugin in a report (server log lines say ``-m pytest_llmperf.sim``, no files).
 PLUGIN_FRAME = re.compile(r"pytest_llmperf/\w+\.py|Traceback \(most recent call last\)")

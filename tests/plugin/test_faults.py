@@ -21,7 +21,7 @@ import pytest
 
 from pytest_llmperf.sim.profile import DEFAULT_PROFILE
 
-from .conftest import FAST, assert_no_servers_left, read_json, run
+from .conftest import FAST, RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
 
 # Two independent servers (no gate), mtp first both in the file and in the run order, so a fault
 # in mtp shows the session going on to plain.
@@ -40,20 +40,6 @@ args = []
 levels = [1, 4]
 """
 
-SWEEP_TEST = """
-def test_sweep(llmperf_point):
-    llmperf_point.assert_baseline()
-"""
-
-
-# These runs test failure handling, not the load generator's own health check (tests/core does):
-# on a shared 2-core machine a scheduling hiccup must not turn a healthy level INVALID.
-RELAXED_CLIENT_CHECK = """
-import pytest_llmperf.monitor
-
-pytest_llmperf.monitor.LOOP_LAG_P99_LIMIT_MS = 1000.0
-pytest_llmperf.monitor.CPU_PERCENT_LIMIT = 1000.0
-"""
 
 # A traceback frame inside the plugin (server logs mention ``-m pytest_llmperf.sim``, not files).
 PLUGIN_FRAME = re.compile(r"pytest_llmperf/\w+\.py")

@@ -14,17 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import assert_no_servers_left
+from .conftest import RELAXED_CLIENT_CHECK, assert_no_servers_left
 
 REPO = Path(__file__).resolve().parents[2]
 
-# These tests are about verdicts; the client's own self-check is tested in tests/core.
-RELAXED_CLIENT_CHECK = """
-import pytest_llmperf.monitor
-
-pytest_llmperf.monitor.LOOP_LAG_P99_LIMIT_MS = 1000.0
-pytest_llmperf.monitor.CPU_PERCENT_LIMIT = 1000.0
-"""
 
 SUITE = """
 [[server]]

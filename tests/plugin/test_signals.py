@@ -20,7 +20,7 @@ from typing import IO, TypeVar
 import psutil
 import pytest
 
-from .conftest import servers_under
+from .conftest import SWEEP_TEST, servers_under
 
 T = TypeVar("T")
 
@@ -39,10 +39,6 @@ args = ["--speculative-algorithm", "NEXTN"]
 levels = [1]
 """
 
-SWEEP_TEST = """
-def test_sweep(llmperf_point):
-    llmperf_point.assert_baseline()
-"""
 
 # ``python -m pytest``, except that Ctrl-C raises KeyboardInterrupt even if this test runs
 # where SIGINT is ignored (background jobs), which a child process would otherwise inherit.

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import assert_no_servers_left, read_json, run
+from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
 
 HW = "sim-fast-moe"  # the hardware key of the simulator's default profile
 
@@ -30,21 +30,6 @@ args = ["--speculative-algorithm", "NEXTN"]
 
 [sweep]
 levels = [1, 4]
-"""
-
-SWEEP_TEST = """
-def test_sweep(llmperf_point):
-    llmperf_point.assert_baseline()
-"""
-
-
-# These runs test failure handling, not the load generator's own health check (tests/core does):
-# on a shared 2-core machine a scheduling hiccup must not turn a healthy level INVALID.
-RELAXED_CLIENT_CHECK = """
-import pytest_llmperf.monitor
-
-pytest_llmperf.monitor.LOOP_LAG_P99_LIMIT_MS = 1000.0
-pytest_llmperf.monitor.CPU_PERCENT_LIMIT = 1000.0
 """
 
 
