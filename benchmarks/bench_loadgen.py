@@ -3,7 +3,7 @@
 Measures events/s and client CPU µs per event at several stream counts against a zero-delay
 local stream server that blasts pre-encoded SGLang ``/generate`` events, for:
 
-- ``ours``: ``pytest_llmperf.client.LoadGenerator`` (aiohttp, per-read parsing, uvloop), as
+- ``ours``: ``pytest_llmperf.core.client.LoadGenerator`` (aiohttp, per-read parsing, uvloop), as
   sweeps run it: the generator is opened before the clock starts, as a sweep opens it before
   a level;
 - ``ours-asyncio``: the same on the stock asyncio loop (a like-for-like loop comparison);
@@ -251,8 +251,8 @@ def run_client(kind: str, url: str, streams: int, per_worker: int) -> dict[str, 
     # the requests (the reference's per-request session is part of its design, so it stays in).
     import aiohttp  # noqa: F401  (the reference's import, out of its window)
 
-    from pytest_llmperf.client import LoadGenerator
-    from pytest_llmperf.monitor import LoopMonitor
+    from pytest_llmperf.core.client import LoadGenerator
+    from pytest_llmperf.core.monitor import LoopMonitor
 
     async def measured() -> dict[str, Any]:
         async with contextlib.AsyncExitStack() as stack:

@@ -23,11 +23,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_llmperf.baseline import BaselineStore, EntryKey, entry_from_levels
-from pytest_llmperf.compare import PointComparison, Verdict, compare_point
-from pytest_llmperf.results import LevelResult, Workload
+from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.virtual import VirtualLevel, run_virtual_sweep, seed_num_requests
+from pytest_llmperf.verdicts.baseline import BaselineStore, EntryKey, entry_from_levels
+from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
 
 PROFILE = "sglang-rtxpro6000x4-qwen35-122b-a10b"
 LEVELS = (1, 4, 16, 32, 64, 128)

@@ -2,8 +2,8 @@
 
 ``llmperf sweep`` measures a server (``--url``) or one it launches (``--launch [flags...]``)
 and prints the table SGLang users already read in their own benchmark scripts. The
-``merge`` and ``compare`` subcommands belong to ``pytest_llmperf.runfile`` and are wired in by
-``_add_runfile_commands``.
+``merge`` and ``compare`` subcommands belong to
+``pytest_llmperf.report.results_file`` and are wired in by ``_add_runfile_commands``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import TextIO
 
 from tabulate import tabulate
 
-from pytest_llmperf.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.sweep import Progress, ServerMode, SweepError, run_sweep
+from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.core.sweep import Progress, ServerMode, SweepError, run_sweep
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the sweep ran but requests failed, or the server could not be reached
@@ -140,8 +140,8 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``llmperf merge`` / ``llmperf compare``: results files from CI shards, judged exactly
-    as an in-pytest run judges them (``pytest_llmperf.runfile``)."""
-    from pytest_llmperf.runfile import add_compare_parser, add_merge_parser
+    as an in-pytest run judges them (``pytest_llmperf.report.results_file``)."""
+    from pytest_llmperf.report.results_file import add_compare_parser, add_merge_parser
 
     add_merge_parser(sub)
     add_compare_parser(sub)
@@ -263,8 +263,8 @@ def _server(args: argparse.Namespace, api_key: str | None) -> Iterator[tuple[str
     if args.url:
         yield args.url, "attached"
         return
-    from pytest_llmperf.config import ServerConfig
-    from pytest_llmperf.launcher import launch
+    from pytest_llmperf.launch.launcher import launch
+    from pytest_llmperf.launch.server_config import ServerConfig
 
     model, flags = _split_model(args.launch)
     config = ServerConfig(name=args.config_name, model=model, args=tuple(flags))
@@ -297,7 +297,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout,
         request_rate=args.request_rate,
     )
-    from pytest_llmperf.launcher import LaunchError
+    from pytest_llmperf.launch.launcher import LaunchError
 
     try:
         with _server(args, api_key) as (url, mode):

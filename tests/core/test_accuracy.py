@@ -36,15 +36,15 @@ import orjson
 import psutil
 import pytest
 
-from pytest_llmperf.client import LoadGenerator
-from pytest_llmperf.config import ServerConfig
-from pytest_llmperf.launcher import ServerHandle, launch
-from pytest_llmperf.metrics import compute_level
-from pytest_llmperf.monitor import LoopMonitor
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.results import ClientHealth, Workload
-from pytest_llmperf.sweep import run_in_own_loop, run_level, sweep_deadline_s
-from pytest_llmperf.workload import build_prompts
+from pytest_llmperf.base.results import ClientHealth, Workload
+from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.metrics import compute_level
+from pytest_llmperf.core.monitor import LoopMonitor
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.sweep import run_in_own_loop, run_level, sweep_deadline_s
+from pytest_llmperf.core.workload import build_prompts
+from pytest_llmperf.launch.launcher import ServerHandle, launch
+from pytest_llmperf.launch.server_config import ServerConfig
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_llmperf.client import GenerateStreamParser, LoadGenerator, request_body
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.sse import DONE, SSEDecoder
+from pytest_llmperf.core.client import GenerateStreamParser, LoadGenerator, request_body
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.sse import DONE, SSEDecoder
 
 from .fake_server import FakeServer
 

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from pytest_llmperf.metrics import compute_level, distinct_errors, summarize_ms
-from pytest_llmperf.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, judge_health
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.server_probe import (
+from pytest_llmperf.core.metrics import compute_level, distinct_errors, summarize_ms
+from pytest_llmperf.core.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, judge_health
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.server_probe import (
     accept_length,
     effective_running_cap,
     parse_metrics,

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from pytest_llmperf.metrics import compute_level
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.results import LevelResult, ServerFacts, SweepResult, Workload
-from pytest_llmperf.slo import (
+from pytest_llmperf.base.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.core.metrics import compute_level
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.slo import (
     Slo,
     SloError,
     goodput,
@@ -21,7 +21,7 @@ from pytest_llmperf.slo import (
     search_max_level,
     search_max_level_async,
 )
-from pytest_llmperf.sweep import run_level, run_sweep
+from pytest_llmperf.core.sweep import run_level, run_sweep
 
 from .fake_server import FakeServer
 

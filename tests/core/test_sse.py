@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from pytest_llmperf.sse import DONE, SSEDecoder, payloads, scan_data_lines, split_events
+from pytest_llmperf.core.sse import DONE, SSEDecoder, payloads, scan_data_lines, split_events
 
 EVENTS = [
     orjson.dumps(

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from pytest_llmperf.results import Workload
-from pytest_llmperf.sweep import (
+from pytest_llmperf.base.results import Workload
+from pytest_llmperf.core.sweep import (
     Progress,
     SweepError,
     run_level,

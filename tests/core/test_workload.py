@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmperf.results import Workload
-from pytest_llmperf.workload import (
+from pytest_llmperf.base.results import Workload
+from pytest_llmperf.core.workload import (
     TOKEN_ID_HIGH,
     TOKEN_ID_LOW,
     build_prompts,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from pytest_llmperf.config import ServerConfig
+from pytest_llmperf.launch.server_config import ServerConfig
 
 FAKE_SGLANG = Path(__file__).parent / "fixtures" / "fake_sglang"
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pytest_llmperf import launcher
+from pytest_llmperf.launch import launcher
 
 from ._helpers import wait_dead
 

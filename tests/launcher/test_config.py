@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.config import ConfigError, load_server_configs, server_configs_from_data
+from pytest_llmperf.launch.server_config import (
+    ConfigError,
+    load_server_configs,
+    server_configs_from_data,
+)
 
 TOML = """
 [[server]]

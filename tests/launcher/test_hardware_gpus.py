@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf import gpus
-from pytest_llmperf.hardware import detect_gpus, hardware_key
+from pytest_llmperf.launch import gpus
+from pytest_llmperf.launch.hardware import detect_gpus, hardware_key
 
 SMI_OUT = """0, GPU-aaaa, NVIDIA H100 80GB HBM3, 81559, 550.54.15
 1, GPU-bbbb, NVIDIA H100 80GB HBM3, 81559, 550.54.15

@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf import launcher
-from pytest_llmperf.config import ServerConfig
-from pytest_llmperf.launcher import AttachError, LaunchError, ServerStartError, attach, launch
+from pytest_llmperf.launch import launcher
+from pytest_llmperf.launch.launcher import (
+    AttachError,
+    LaunchError,
+    ServerStartError,
+    attach,
+    launch,
+)
+from pytest_llmperf.launch.server_config import ServerConfig
 
 from ._helpers import child_pid_from_log, fake_config, is_alive, wait_dead
 

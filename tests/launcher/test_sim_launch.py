@@ -8,13 +8,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_llmperf import launcher
-from pytest_llmperf.config import ServerConfig
-from pytest_llmperf.launcher import ServerStartError, launch
+from pytest_llmperf.launch import launcher
+from pytest_llmperf.launch.launcher import ServerStartError, launch
+from pytest_llmperf.launch.server_config import ServerConfig
 
 from ._helpers import is_alive
 
-SIM = Path(launcher.__file__).parent / "sim"
+SIM = Path(launcher.__file__).parents[1] / "sim"
 pytestmark = pytest.mark.skipif(
     not (SIM / "__main__.py").exists(), reason="the simulator is not there yet"
 )

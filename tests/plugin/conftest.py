@@ -49,10 +49,10 @@ def test_gate(llmperf_gate):
 # (tests/core does that): on a shared 2-core machine a scheduling hiccup must not turn a
 # healthy level INVALID. Written as the generated project's conftest.
 RELAXED_CLIENT_CHECK = """
-import pytest_llmperf.monitor
+import pytest_llmperf.core.monitor
 
-pytest_llmperf.monitor.LOOP_LAG_P99_LIMIT_MS = 1000.0
-pytest_llmperf.monitor.CPU_PERCENT_LIMIT = 1000.0
+pytest_llmperf.core.monitor.LOOP_LAG_P99_LIMIT_MS = 1000.0
+pytest_llmperf.core.monitor.CPU_PERCENT_LIMIT = 1000.0
 """
 
 SWEEP_TEST = """

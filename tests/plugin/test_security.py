@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.ports import free_port
+from pytest_llmperf.launch.ports import free_port
 
 from .conftest import (
     RELAXED_CLIENT_CHECK,

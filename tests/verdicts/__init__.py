@@ -5,7 +5,13 @@ Pure: results are built by hand with the factories below; no server, no pytest p
 
 from __future__ import annotations
 
-from pytest_llmperf.results import ClientHealth, LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.results import (
+    ClientHealth,
+    LevelResult,
+    ServerFacts,
+    SweepResult,
+    Workload,
+)
 
 WORKLOAD = Workload(input_len=1000, output_len=1000)
 LEVELS = (1, 4, 16, 32, 64, 128)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmperf.baseline import BaselineEntry, MetricSummary, summarize
-from pytest_llmperf.compare import (
+from pytest_llmperf.verdicts.baseline import BaselineEntry, MetricSummary, summarize
+from pytest_llmperf.verdicts.compare import (
     ToleranceError,
     Verdict,
     compare_metric,
@@ -14,7 +14,7 @@ from pytest_llmperf.compare import (
     resolve_tolerance,
     validate_tolerance,
 )
-from pytest_llmperf.stats import NoiseRule, decide
+from pytest_llmperf.verdicts.stats import NoiseRule, decide
 
 from . import WORKLOAD, make_level
 

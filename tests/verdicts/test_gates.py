@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmperf.compare import Verdict
-from pytest_llmperf.gates import (
+from pytest_llmperf.verdicts.compare import Verdict
+from pytest_llmperf.verdicts.gates import (
     Gate,
     GateError,
     crossover_concurrency,

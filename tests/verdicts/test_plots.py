@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf import plots
+from pytest_llmperf.report import plots
 
 from . import MTP, PLAIN, make_sweep
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmperf.baseline import BaselineEntry, summarize
-from pytest_llmperf.compare import compare_point
-from pytest_llmperf.gates import Gate, evaluate_gate
-from pytest_llmperf.report import (
+from pytest_llmperf.report.tables import (
     gate_table,
     junit_properties,
     level_table,
@@ -15,6 +12,9 @@ from pytest_llmperf.report import (
     redact,
     redact_args,
 )
+from pytest_llmperf.verdicts.baseline import BaselineEntry, summarize
+from pytest_llmperf.verdicts.compare import compare_point
+from pytest_llmperf.verdicts.gates import Gate, evaluate_gate
 
 from . import MTP, PLAIN, WORKLOAD, make_sweep
 

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.baseline import BaselineStore, EntryKey, entry_from_levels
-from pytest_llmperf.gates import Gate
-from pytest_llmperf.runfile import (
+from pytest_llmperf.report.results_file import (
     RunFile,
     RunFileError,
     add_compare_parser,
@@ -19,6 +17,8 @@ from pytest_llmperf.runfile import (
     merge,
     save_run,
 )
+from pytest_llmperf.verdicts.baseline import BaselineStore, EntryKey, entry_from_levels
+from pytest_llmperf.verdicts.gates import Gate
 
 from . import MTP, PLAIN, make_sweep
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_llmperf.results import Workload
-from pytest_llmperf.validity import ValidityPolicy, check_level, is_valid
+from pytest_llmperf.base.results import Workload
+from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level, is_valid
 
 from . import WORKLOAD, make_level
 

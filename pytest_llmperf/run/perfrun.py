@@ -19,21 +19,21 @@ from typing import Literal
 
 import httpx
 
-from pytest_llmperf import gpus
-from pytest_llmperf.config import ServerConfig
-from pytest_llmperf.hardware import detect_gpus, hardware_key
-from pytest_llmperf.launcher import (
+from pytest_llmperf.base.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.core.server_probe import get_server_info, server_facts
+from pytest_llmperf.core.slo import Slo
+from pytest_llmperf.core.sweep import Progress, run_in_own_loop, run_level
+from pytest_llmperf.launch import gpus
+from pytest_llmperf.launch.hardware import detect_gpus, hardware_key
+from pytest_llmperf.launch.launcher import (
     LaunchError,
     ServerHandle,
     attach,
     launch,
     sglang_available,
 )
-from pytest_llmperf.results import LevelResult, ServerFacts, SweepResult, Workload
-from pytest_llmperf.server_probe import get_server_info, server_facts
-from pytest_llmperf.slo import Slo
-from pytest_llmperf.suite import Suite
-from pytest_llmperf.sweep import Progress, run_in_own_loop, run_level
+from pytest_llmperf.launch.server_config import ServerConfig
+from pytest_llmperf.run.suite import Suite
 
 Mode = Literal["launched", "attached", "simulated"]
 PROBE_TIMEOUT_S = 30.0

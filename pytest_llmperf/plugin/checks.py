@@ -15,7 +15,13 @@ from typing import Any, NoReturn
 
 import pytest
 
-from pytest_llmperf.baseline import (
+from pytest_llmperf.base.metric_defs import METRICS
+from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
+from pytest_llmperf.report.tables import junit_properties, redact, redact_args
+from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.run.suite import CrossoverSpec
+from pytest_llmperf.verdicts.baseline import (
     SWEEP_LEVEL,
     BaselineEntry,
     BaselineFileError,
@@ -25,14 +31,8 @@ from pytest_llmperf.baseline import (
     entry_from_levels,
     summarize,
 )
-from pytest_llmperf.compare import PointComparison, Verdict, compare_point
-from pytest_llmperf.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
-from pytest_llmperf.metric_defs import METRICS
-from pytest_llmperf.perfrun import PerfRun, PointError
-from pytest_llmperf.report import junit_properties, redact, redact_args
-from pytest_llmperf.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.slo import Slo, level_meets, max_concurrency_within_slo
-from pytest_llmperf.suite import CrossoverSpec
+from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
+from pytest_llmperf.verdicts.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
 # ``metrics`` (or compare's defaults) are gated.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_llmperf.results import LevelResult, Workload
+from pytest_llmperf.base.results import LevelResult, Workload
 
 __all__ = ["ValidityPolicy", "check_level", "is_valid"]
 

@@ -34,9 +34,9 @@ from aiohttp.client_proto import ResponseHandler
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.results import Backend
-from pytest_llmperf.sse import DONE, SSEDecoder, payloads, scan_data_lines
+from pytest_llmperf.base.results import Backend
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.sse import DONE, SSEDecoder, payloads, scan_data_lines
 
 BACKEND_PATHS: dict[str, str] = {
     "sglang": "/generate",

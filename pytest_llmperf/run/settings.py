@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_llmperf.metric_defs import METRICS
+from pytest_llmperf.base.metric_defs import METRICS
 
 
 class SettingError(ValueError):

@@ -37,9 +37,9 @@ from pydantic import (
     model_validator,
 )
 
-from pytest_llmperf import __version__
-from pytest_llmperf.metric_defs import METRICS, Direction
-from pytest_llmperf.results import LevelResult
+from pytest_llmperf.base.metric_defs import METRICS, Direction
+from pytest_llmperf.base.results import LevelResult
+from pytest_llmperf.base.version import __version__
 
 __all__ = [
     "MAX_RAW_SAMPLES",

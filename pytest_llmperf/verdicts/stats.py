@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pytest_llmperf.metric_defs import Direction
+from pytest_llmperf.base.metric_defs import Direction
 
 __all__ = ["Decision", "NoiseRule", "decide", "deficit", "relative_change"]
 

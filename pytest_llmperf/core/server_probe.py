@@ -18,7 +18,7 @@ from typing import Any, Literal
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_llmperf.results import ServerFacts
+from pytest_llmperf.base.results import ServerFacts
 
 PROBE_TIMEOUT_S = 30.0
 METRICS_SAMPLE_INTERVAL_S = 0.5

@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pytest_llmperf.baseline import BaselineEntry, BaselineStore, EntryKey, MetricSummary
-from pytest_llmperf.metric_defs import METRICS, metric
-from pytest_llmperf.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.stats import Decision, NoiseRule, decide
-from pytest_llmperf.validity import ValidityPolicy, check_level
+from pytest_llmperf.base.metric_defs import METRICS, metric
+from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.verdicts.baseline import BaselineEntry, BaselineStore, EntryKey, MetricSummary
+from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
+from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
     "DEFAULT_METRICS",

@@ -27,8 +27,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.results import LevelResult, SweepResult
+from pytest_llmperf.base.results import LevelResult, SweepResult
+from pytest_llmperf.core.records import RequestRecord
 
 __all__ = [
     "Slo",

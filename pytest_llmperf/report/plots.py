@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_llmperf.results import SweepResult
+from pytest_llmperf.base.results import SweepResult
 
 __all__ = [
     "PlotsUnavailable",

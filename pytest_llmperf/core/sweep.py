@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from pytest_llmperf.client import LoadGenerator
-from pytest_llmperf.metrics import compute_level
-from pytest_llmperf.monitor import LoopMonitor
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.results import LevelResult, ServerFacts, SweepResult, Workload
-from pytest_llmperf.server_probe import (
+from pytest_llmperf.base.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.metrics import compute_level
+from pytest_llmperf.core.monitor import LoopMonitor
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.server_probe import (
     PROBE_TIMEOUT_S,
     MetricsSampler,
     accept_length,
@@ -35,8 +35,8 @@ from pytest_llmperf.server_probe import (
     get_server_info,
     server_facts,
 )
-from pytest_llmperf.slo import Slo
-from pytest_llmperf.workload import WARMUP_INDEX, build_prompts, poisson_offsets, warmup_prompt
+from pytest_llmperf.core.slo import Slo
+from pytest_llmperf.core.workload import WARMUP_INDEX, build_prompts, poisson_offsets, warmup_prompt
 
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
 PROGRESS_INTERVAL_S = 0.25

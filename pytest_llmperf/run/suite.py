@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pytest_llmperf.config import ConfigError, ServerConfig, server_configs_from_data
-from pytest_llmperf.gates import Gate, GateError, load_gates
-from pytest_llmperf.metric_defs import METRICS
-from pytest_llmperf.settings import parse_levels, parse_tolerances
-from pytest_llmperf.slo import Slo, SloError, load_slo
+from pytest_llmperf.base.metric_defs import METRICS
+from pytest_llmperf.core.slo import Slo, SloError, load_slo
+from pytest_llmperf.launch.server_config import ConfigError, ServerConfig, server_configs_from_data
+from pytest_llmperf.run.settings import parse_levels, parse_tolerances
+from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
 
 SUITE_FILE_NAME = "llmperf.toml"
 _TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo"}

@@ -39,10 +39,10 @@ from typing import Any, Literal
 import httpx
 import psutil
 
-from pytest_llmperf.config import ServerConfig
-from pytest_llmperf.gpus import visible_devices_value
-from pytest_llmperf.hardware import safe_key
-from pytest_llmperf.ports import free_port, port_is_free
+from pytest_llmperf.launch.gpus import visible_devices_value
+from pytest_llmperf.launch.hardware import safe_key
+from pytest_llmperf.launch.ports import free_port, port_is_free
+from pytest_llmperf.launch.server_config import ServerConfig
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -262,7 +262,7 @@ def _watchdog_main() -> None:
 def _import_path() -> str:
     """PYTHONPATH that lets a fresh interpreter import this package, even when the parent
     found it through a runtime ``sys.path`` change rather than an installation."""
-    here = str(Path(__file__).resolve().parents[1])
+    here = str(Path(__file__).resolve().parents[2])
     rest = os.environ.get("PYTHONPATH")
     return here + (os.pathsep + rest if rest else "")
 
@@ -290,7 +290,7 @@ class _Watchdog:
                 [
                     sys.executable,
                     "-c",
-                    "from pytest_llmperf.launcher import _watchdog_main; _watchdog_main()",
+                    "from pytest_llmperf.launch.launcher import _watchdog_main; _watchdog_main()",
                     str(os.getpid()),
                 ],
                 stdin=rfd,

@@ -12,9 +12,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_llmperf.compare import PointComparison, Verdict, explain, fmt_num
-from pytest_llmperf.gates import GateResult
-from pytest_llmperf.results import LevelResult, SweepResult
+from pytest_llmperf.base.results import LevelResult, SweepResult
+from pytest_llmperf.verdicts.compare import PointComparison, Verdict, explain, fmt_num
+from pytest_llmperf.verdicts.gates import GateResult
 
 __all__ = [
     "LEVEL_HEADERS",

@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pytest_llmperf.compare import Verdict, explain, fmt_num, worst
-from pytest_llmperf.metric_defs import METRICS
-from pytest_llmperf.metric_defs import metric as metric_def
-from pytest_llmperf.results import SweepResult
-from pytest_llmperf.validity import ValidityPolicy, check_level
+from pytest_llmperf.base.metric_defs import METRICS
+from pytest_llmperf.base.metric_defs import metric as metric_def
+from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.verdicts.compare import Verdict, explain, fmt_num, worst
+from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
     "Gate",

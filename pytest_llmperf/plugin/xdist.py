@@ -32,8 +32,8 @@ def worker_payload(state: _State) -> dict[str, Any]:
 
 def merge_payloads(state: _State) -> None:
     """Fold every worker's payload into the controller's state (called once, at the end)."""
-    from pytest_llmperf.baseline import BaselineStore
-    from pytest_llmperf.results import SweepResult
+    from pytest_llmperf.base.results import SweepResult
+    from pytest_llmperf.verdicts.baseline import BaselineStore
 
     for payload in state.worker_payloads:
         body = pickle.loads(base64.b64decode(payload["pickle"]))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmperf.settings import (
+from pytest_llmperf.run.settings import (
     MARKER_KEYS,
     SETTINGS,
     SettingError,
@@ -25,12 +25,12 @@ from pytest_llmperf.settings import (
 )
 
 if TYPE_CHECKING:
-    from pytest_llmperf.baseline import BaselineStore
-    from pytest_llmperf.compare import PointComparison
-    from pytest_llmperf.gates import GateResult
-    from pytest_llmperf.perfrun import PerfRun
-    from pytest_llmperf.results import SweepResult, Workload
-    from pytest_llmperf.suite import Suite
+    from pytest_llmperf.base.results import SweepResult, Workload
+    from pytest_llmperf.run.perfrun import PerfRun
+    from pytest_llmperf.run.suite import Suite
+    from pytest_llmperf.verdicts.baseline import BaselineStore
+    from pytest_llmperf.verdicts.compare import PointComparison
+    from pytest_llmperf.verdicts.gates import GateResult
 
 
 class LLMPerfStaleBaselineWarning(UserWarning):
@@ -123,7 +123,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
     if config.pluginmanager.hasplugin("xdist"):
-        from pytest_llmperf._xdist import XdistHooks
+        from pytest_llmperf.plugin.xdist import XdistHooks
 
         config.pluginmanager.register(XdistHooks(), "llmperf-xdist")
         # Tests that share a server config must run on the worker that owns the server.
@@ -135,7 +135,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None and workerinput.get("llmperf_loadgroup"):
         config.option.loadgroup = True
     if workerinput is None:
-        from pytest_llmperf.launcher import install_cleanup_signal_handlers
+        from pytest_llmperf.launch.launcher import install_cleanup_signal_handlers
 
         install_cleanup_signal_handlers()
 
@@ -148,7 +148,7 @@ def _state(config: pytest.Config) -> _State:
 
 
 def _suite_path(state: _State, start: Path) -> Path | None:
-    from pytest_llmperf.suite import find_suite_file
+    from pytest_llmperf.run.suite import find_suite_file
 
     explicit = state.settings.get("config")
     if explicit:
@@ -158,7 +158,7 @@ def _suite_path(state: _State, start: Path) -> Path | None:
 
 
 def _suite(state: _State, start: Path) -> Suite:
-    from pytest_llmperf.suite import SuiteError, load_suite
+    from pytest_llmperf.run.suite import SuiteError, load_suite
 
     path = _suite_path(state, start)
     if path is None:
@@ -185,7 +185,7 @@ def _marker_kwargs(node: Any) -> dict[str, Any]:
 
 def _effective(state: _State, suite: Suite, marker: dict[str, Any], name: str, where: str) -> Any:
     """A setting for one test: marker > CLI > env > ini > the suite's [sweep] > default."""
-    from pytest_llmperf.settings import SETTINGS_BY_NAME
+    from pytest_llmperf.run.settings import SETTINGS_BY_NAME
 
     setting = SETTINGS_BY_NAME[name]
     if name in marker:
@@ -203,7 +203,7 @@ def _explicit(state: _State, name: str) -> bool:
 
 
 def _workload(state: _State, suite: Suite, marker: dict[str, Any], where: str) -> Workload:
-    from pytest_llmperf.results import Workload
+    from pytest_llmperf.base.results import Workload
 
     return Workload(
         backend=_effective(state, suite, marker, "backend", where),
@@ -432,7 +432,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             points.append((param, _workload(state, suite, _marker_kwargs(item), item.nodeid)))
     if not points and not selected:
         return
-    from pytest_llmperf.perfrun import PointError
+    from pytest_llmperf.run.perfrun import PointError
 
     store = _store(state)
     run = _run(state, next(iter(state.suites.values())))
@@ -453,7 +453,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _store(state: _State) -> BaselineStore:
-    from pytest_llmperf.baseline import BaselineStore
+    from pytest_llmperf.verdicts.baseline import BaselineStore
 
     if state.store is None:
         d = Path(state.settings["baseline_dir"])
@@ -467,7 +467,7 @@ def _output_dir(state: _State) -> Path:
 
 
 def _run(state: _State, suite: Suite) -> PerfRun:
-    from pytest_llmperf.perfrun import PerfRun
+    from pytest_llmperf.run.perfrun import PerfRun
 
     if state.run is None:
         s = state.settings
@@ -544,7 +544,7 @@ def llmperf_run(request: pytest.FixtureRequest) -> PerfRun:
 @pytest.fixture
 def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     """One (config, concurrency) point, measured once per session however many tests use it."""
-    from pytest_llmperf.point import Point
+    from pytest_llmperf.plugin.checks import Point
 
     param: PointParam = request.param
     state = _state(request.config)
@@ -580,7 +580,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
 @pytest.fixture
 def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     """One cross-config gate at one concurrency, e.g. mtp ≥ 1.1 × plain at C=4."""
-    from pytest_llmperf.point import GateCheck
+    from pytest_llmperf.plugin.checks import GateCheck
 
     param: GateParam = request.param
     state = _state(request.config)
@@ -619,7 +619,7 @@ def _sweep_check_kwargs(request: pytest.FixtureRequest, run: PerfRun) -> dict[st
 @pytest.fixture
 def llmperf_slo(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     """The largest swept C whose level meets the suite's [slo], held to its baseline."""
-    from pytest_llmperf.point import SloCheck
+    from pytest_llmperf.plugin.checks import SloCheck
 
     param: SloParam = request.param
     suite = _state(request.config).suites[param.suite_path]
@@ -630,7 +630,7 @@ def llmperf_slo(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
 @pytest.fixture
 def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     """The largest C where a config still beats its reference, held to its baseline."""
-    from pytest_llmperf.point import CrossoverCheck
+    from pytest_llmperf.plugin.checks import CrossoverCheck
 
     param: CrossoverParam = request.param
     suite = _state(request.config).suites[param.suite_path]
@@ -697,12 +697,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.run.close()
         state.sweeps = state.run.all_sweeps()
     if hasattr(config, "workerinput"):
-        from pytest_llmperf._xdist import worker_payload
+        from pytest_llmperf.plugin.xdist import worker_payload
 
         config.workeroutput["llmperf"] = worker_payload(state)  # type: ignore[attr-defined]
         return
     if state.worker_payloads:
-        from pytest_llmperf._xdist import merge_payloads
+        from pytest_llmperf.plugin.xdist import merge_payloads
 
         merge_payloads(state)
     order = [s.name for suite in state.suites.values() for s in suite.servers]
@@ -712,7 +712,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _finish(session: pytest.Session, state: _State) -> None:
     """Write results, flush baselines once, and decide the exit status for unused entries."""
-    from pytest_llmperf.report import markdown_summary
+    from pytest_llmperf.report.tables import markdown_summary
 
     out = _output_dir(state)
     if state.sweeps:
@@ -726,7 +726,7 @@ def _finish(session: pytest.Session, state: _State) -> None:
     store = state.store
     if store is None:
         return
-    from pytest_llmperf.baseline import BaselineFileError
+    from pytest_llmperf.verdicts.baseline import BaselineFileError
 
     update = bool(state.settings["update"])
     try:
@@ -763,7 +763,7 @@ _BASELINE_LINES = pytest.StashKey[list[str]]()
 
 def _write_results(state: _State, out: Path) -> None:
     """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
-    from pytest_llmperf.runfile import RunFile, save_run
+    from pytest_llmperf.report.results_file import RunFile, save_run
 
     by_hw: dict[str, list[SweepResult]] = {}
     for sweep in state.sweeps:
@@ -776,9 +776,9 @@ def _write_results(state: _State, out: Path) -> None:
 
 def _write_plots(state: _State, directory: Path) -> None:
     """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""
-    from pytest_llmperf.baseline import EntryKey
-    from pytest_llmperf.compare import resolve_tolerance
-    from pytest_llmperf.plots import PlotsUnavailable, plot_all
+    from pytest_llmperf.report.plots import PlotsUnavailable, plot_all
+    from pytest_llmperf.verdicts.baseline import EntryKey
+    from pytest_llmperf.verdicts.compare import resolve_tolerance
 
     bands: dict[str, dict[int, tuple[float, float]]] = {}
     for sweep in state.sweeps:
@@ -819,7 +819,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = config.stash.get(STATE, None)
     if state is None or not (state.sweeps or state.gates or state.crossovers):
         return
-    from pytest_llmperf.report import render_run
+    from pytest_llmperf.report.tables import render_run
 
     tr = terminalreporter
     tr.write_sep("=", "llmperf")

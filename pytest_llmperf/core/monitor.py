@@ -14,7 +14,7 @@ from array import array
 
 import numpy as np
 
-from pytest_llmperf.results import ClientHealth
+from pytest_llmperf.base.results import ClientHealth
 
 LAG_PROBE_INTERVAL_S = 0.010  # the lag task sleeps this long and records the overshoot
 LOOP_LAG_P99_LIMIT_MS = 10.0  # above this, token timestamps are off by about as much

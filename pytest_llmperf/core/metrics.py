@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from pytest_llmperf.records import RequestRecord
-from pytest_llmperf.results import LevelResult, RequestDetails
-from pytest_llmperf.slo import Slo, goodput
+from pytest_llmperf.base.results import LevelResult, RequestDetails
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.slo import Slo, goodput
 
 MAX_DISTINCT_ERRORS = 10
 

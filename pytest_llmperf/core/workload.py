@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytest_llmperf.results import Workload
+from pytest_llmperf.base.results import Workload
 
 # Ids well inside every common vocabulary (>= 32000 entries) and clear of the special tokens
 # that tokenizers put at the low end.

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
-from pytest_llmperf import __version__
+from pytest_llmperf.base.version import __version__
 
 Backend = Literal["sglang", "openai", "openai-chat"]
 
@@ -132,7 +132,7 @@ class LevelResult(_Model):
 
     def metric_value(self, name: str) -> float | None:
         """The value of a metric defined in ``metric_defs`` (None when not measured)."""
-        from pytest_llmperf.metric_defs import metric
+        from pytest_llmperf.base.metric_defs import metric
 
         metric(name)  # raises with the list of known names
         value = getattr(self, name, None)

@@ -19,18 +19,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_llmperf.baseline import BaselineStore, Provenance, atomic_write_text, check_name
-from pytest_llmperf.compare import (
+from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.report.tables import markdown_summary, render_run
+from pytest_llmperf.verdicts.baseline import (
+    BaselineStore,
+    Provenance,
+    atomic_write_text,
+    check_name,
+)
+from pytest_llmperf.verdicts.compare import (
     PointComparison,
     compare_sweep,
     exit_status,
     validate_tolerance,
 )
-from pytest_llmperf.gates import Gate, GateResult, evaluate_gates, load_gates
-from pytest_llmperf.report import markdown_summary, render_run
-from pytest_llmperf.results import SweepResult
-from pytest_llmperf.stats import NoiseRule
-from pytest_llmperf.validity import ValidityPolicy
+from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gates, load_gates
+from pytest_llmperf.verdicts.stats import NoiseRule
+from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 __all__ = [
     "RunFile",
@@ -203,7 +208,7 @@ def _tolerances(args: argparse.Namespace) -> dict[str, float] | float | None:
         tol = validate_tolerance(args.tolerance, "--tolerance")
         if not per:
             return tol
-        from pytest_llmperf.metric_defs import METRICS
+        from pytest_llmperf.base.metric_defs import METRICS
 
         return {**dict.fromkeys(METRICS, tol), **per}
     return per or None
@@ -251,8 +256,8 @@ def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     """Known errors become one readable message and exit status 2 (usage), not a traceback."""
 
     def run(args: argparse.Namespace) -> int:
-        from pytest_llmperf.baseline import BaselineFileError
-        from pytest_llmperf.gates import GateError
+        from pytest_llmperf.verdicts.baseline import BaselineFileError
+        from pytest_llmperf.verdicts.gates import GateError
 
         try:
             return fn(args)
