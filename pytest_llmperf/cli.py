@@ -20,8 +20,8 @@ from typing import TextIO
 
 from tabulate import tabulate
 
-from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.core.sweep import Progress, ServerMode, SweepError, run_sweep
+from pytest_llmperf.base.results import LevelResult, Mode, SweepResult, Workload
+from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the sweep ran but requests failed, or the server could not be reached
@@ -258,7 +258,7 @@ def _split_model(flags: Sequence[str]) -> tuple[str, list[str]]:
 
 
 @contextlib.contextmanager
-def _server(args: argparse.Namespace, api_key: str | None) -> Iterator[tuple[str, ServerMode]]:
+def _server(args: argparse.Namespace, api_key: str | None) -> Iterator[tuple[str, Mode]]:
     """(url, mode) of the server to measure; a launched server is stopped on exit."""
     if args.url:
         yield args.url, "attached"

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from pytest_llmperf.base.version import __version__
 
 Backend = Literal["sglang", "openai", "openai-chat"]
+# How a server came to be measured: the one word the header, results and baselines use.
+Mode = Literal["launched", "attached", "simulated"]
 
 
 class _Model(BaseModel):
@@ -53,7 +55,7 @@ class Workload(_Model):
 class ServerFacts(_Model):
     """What the server said about itself (``/server_info``), plus how we reached it."""
 
-    mode: Literal["launched", "attached", "simulated"] = "attached"
+    mode: Mode = "attached"
     url: str = ""
     version: str | None = None
     model_path: str | None = None

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from pytest_llmperf.base.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor
@@ -40,7 +40,6 @@ from pytest_llmperf.core.workload import WARMUP_INDEX, build_prompts, poisson_of
 
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
 PROGRESS_INTERVAL_S = 0.25
-ServerMode = Literal["launched", "attached", "simulated"]
 T = TypeVar("T")
 
 
@@ -292,7 +291,7 @@ async def run_sweep_async(
     progress: ProgressCallback | None = None,
     details: bool = False,
     scrape_metrics: bool = False,
-    server_mode: ServerMode = "attached",
+    server_mode: Mode = "attached",
     slo: Slo | None = None,
 ) -> SweepResult:
     """Sweep ``levels`` against the server at ``url`` in the running event loop."""
@@ -410,7 +409,7 @@ def run_sweep(
     progress: ProgressCallback | None = None,
     details: bool = False,
     scrape_metrics: bool = False,
-    server_mode: ServerMode = "attached",
+    server_mode: Mode = "attached",
     slo: Slo | None = None,
 ) -> SweepResult:
     """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""

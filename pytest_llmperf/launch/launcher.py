@@ -34,11 +34,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import psutil
 
+from pytest_llmperf.base.results import Mode
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
 from pytest_llmperf.launch.ports import free_port, port_is_free
@@ -48,7 +49,6 @@ __all__ = [
     "DEFAULT_GRACE_S",
     "AttachError",
     "LaunchError",
-    "Mode",
     "ServerHandle",
     "ServerStartError",
     "attach",
@@ -59,7 +59,6 @@ __all__ = [
     "terminate_all",
 ]
 
-Mode = Literal["launched", "attached", "simulated"]
 
 DEFAULT_GRACE_S = 15.0
 POLL_INTERVAL_S = 0.3

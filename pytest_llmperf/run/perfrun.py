@@ -15,11 +15,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import httpx
 
-from pytest_llmperf.base.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
 from pytest_llmperf.core.server_probe import get_server_info, server_facts
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.sweep import Progress, run_in_own_loop, run_level
@@ -35,7 +34,6 @@ from pytest_llmperf.launch.launcher import (
 from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.run.suite import Suite
 
-Mode = Literal["launched", "attached", "simulated"]
 PROBE_TIMEOUT_S = 30.0
 
 
