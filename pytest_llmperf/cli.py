@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tabulate import tabulate
 
 from pytest_llmperf.base.results import LevelResult, Mode, SweepResult, Workload
+from pytest_llmperf.base.values import parse_levels, parse_positive_float, parse_positive_int
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
 
 EXIT_OK = 0
@@ -33,39 +33,22 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 # --- arguments ---------------------------------------------------------------------------------
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers such as 1,4,16, got {text!r}"
-        ) from None
-    if not levels:
-        raise argparse.ArgumentTypeError("no concurrency levels given; e.g. -c 1,4,16")
-    bad = [c for c in levels if c < 1]
-    if bad:
-        raise argparse.ArgumentTypeError(f"concurrency must be >= 1, got {bad[0]}")
-    return levels
+def _argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """The settings' own value parser as an argparse type: one message for one mistake."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__.removeprefix("parse_")
+    return convert
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+_levels = _argtype(lambda text: list(parse_levels(text)))
+_positive_int = _argtype(parse_positive_int)
+_positive_float = _argtype(parse_positive_float)
 
 
 def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

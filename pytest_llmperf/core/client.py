@@ -34,6 +34,7 @@ from aiohttp.client_proto import ResponseHandler
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.sse import DONE, SSEDecoder, payloads, scan_data_lines
@@ -59,7 +60,7 @@ _INT = re.compile(rb"\s*(\d+)")
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
-class ServerError(RuntimeError):
+class ServerError(LLMPerfError, RuntimeError):
     """The server answered a control request (not a measured one) with something unusable."""
 
 

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.core.records import RequestRecord
 
@@ -59,7 +60,7 @@ def _limit() -> Any:
     return Field(default=None, gt=0, allow_inf_nan=False)
 
 
-class SloError(ValueError):
+class SloError(InputError):
     """An SLO definition is wrong; the message names where it came from and the field."""
 
 

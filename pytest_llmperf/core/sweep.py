@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
@@ -43,7 +44,7 @@ PROGRESS_INTERVAL_S = 0.25
 T = TypeVar("T")
 
 
-class SweepError(RuntimeError):
+class SweepError(LLMPerfError, RuntimeError):
     """The sweep could not measure anything meaningful (server unreachable, warm-up failed)."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from pytest_llmperf.base.errors import InputError
+
 __all__ = [
     "GpuSliceError",
     "gpu_ids_for_worker",
@@ -26,7 +28,7 @@ PORT_BASE = 20000
 PORT_STRIDE = 1000
 
 
-class GpuSliceError(ValueError):
+class GpuSliceError(InputError):
     """A config needs more GPUs than this machine (or this process) can see."""
 
 

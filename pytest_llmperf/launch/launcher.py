@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import psutil
 
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Mode
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
@@ -70,7 +71,7 @@ _PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 _OWNED_FLAGS = ("--host", "--port", "--model-path", "--model", "--api-key")
 
 
-class LaunchError(RuntimeError):
+class LaunchError(LLMPerfError, RuntimeError):
     """The server could not be launched (bad request, SGLang missing, no free port)."""
 
 

@@ -16,17 +16,19 @@ a lint message instead of a pydantic traceback.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_llmperf.base.datafile import DataFileError, load_data_file
+from pytest_llmperf.base.errors import InputError
+
 __all__ = ["ConfigError", "ServerConfig", "load_server_configs", "server_configs_from_data"]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A server config file (or dict) is invalid; ``errors`` holds one line per problem."""
 
     def __init__(self, errors: Sequence[str]) -> None:
@@ -131,31 +133,9 @@ def server_configs_from_data(data: Any, *, source: str = "<data>") -> list[Serve
 
 def load_server_configs(path: str | Path) -> list[ServerConfig]:
     """Read server configs from a ``.toml``, ``.yaml`` or ``.yml`` file."""
-    path = Path(path)
     source = str(path)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError([f"{source}: cannot read: {exc.strerror or exc}"]) from None
-    suffix = path.suffix.lower()
-    data: Any
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError([f"{source}: invalid TOML: {exc}"]) from None
-    elif suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            one_line = " ".join(str(exc).split())
-            raise ConfigError([f"{source}: invalid YAML: {one_line}"]) from None
-    else:
-        raise ConfigError(
-            [f"{source}: unsupported config file type {suffix!r}; use .toml or .yaml"]
-        )
-    if data is None:
-        raise ConfigError([f"{source}: the file is empty"])
+        data = load_data_file(path, "server config file")
+    except DataFileError as exc:
+        raise ConfigError([str(exc)]) from None
     return server_configs_from_data(data, source=source)

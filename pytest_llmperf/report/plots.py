@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import SweepResult
 
 __all__ = [
@@ -26,7 +27,7 @@ __all__ = [
 Bands = Mapping[str, Mapping[int, tuple[float, float]]]
 
 
-class PlotsUnavailable(RuntimeError):
+class PlotsUnavailable(LLMPerfError, RuntimeError):
     """matplotlib is not installed."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
 from pytest_llmperf.verdicts.baseline import (
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-class RunFileError(Exception):
+class RunFileError(InputError):
     """A results file is unreadable, invalid or conflicts with another; message for people."""
 
 

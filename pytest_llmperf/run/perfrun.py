@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
 from pytest_llmperf.core.server_probe import get_server_info, server_facts
 from pytest_llmperf.core.slo import Slo
@@ -37,7 +38,7 @@ from pytest_llmperf.run.suite import Suite
 PROBE_TIMEOUT_S = 30.0
 
 
-class PointError(RuntimeError):
+class PointError(LLMPerfError, RuntimeError):
     """A point could not be measured (server failed to start, died, or the level errored)."""
 
 

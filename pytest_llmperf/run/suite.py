@@ -7,7 +7,6 @@ and the field.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,17 +14,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_llmperf.base.datafile import DataFileError, load_data_file
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS
+from pytest_llmperf.base.values import parse_levels, parse_tolerances
 from pytest_llmperf.core.slo import Slo, SloError, load_slo
 from pytest_llmperf.launch.server_config import ConfigError, ServerConfig, server_configs_from_data
-from pytest_llmperf.run.settings import parse_levels, parse_tolerances
 from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
 
 SUITE_FILE_NAME = "llmperf.toml"
 _TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo"}
 
 
-class SuiteError(ValueError):
+class SuiteError(InputError):
     """The suite file is invalid; the message names the file and field."""
 
 
@@ -204,24 +205,9 @@ def load_suite(path: str | Path) -> Suite:
     """Read ``llmperf.toml`` (or ``.yaml``)."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise SuiteError(
-            f"{p}: cannot read the llmperf suite file: {exc.strerror or exc}"
-        ) from None
-    data: Any
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(raw)
-        except yaml.YAMLError as exc:
-            raise SuiteError(f"{p}: invalid YAML: {' '.join(str(exc).split())}") from None
-    else:
-        try:
-            data = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise SuiteError(f"{p}: invalid TOML: {exc}") from None
+        data = load_data_file(p, "llmperf suite file")
+    except DataFileError as exc:
+        raise SuiteError(str(exc)) from None
     if not isinstance(data, Mapping):
         raise SuiteError(f"{p}: expected a table of server/sweep/gate sections")
     return suite_from_data(data, source=str(p), path=p)

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, Direction
 from pytest_llmperf.base.results import LevelResult
 from pytest_llmperf.base.version import __version__
@@ -71,7 +72,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+@=-]*$")
 _FIX_HINT = "re-record it with --llmperf-update (or `git checkout` the file)"
 
 
-class BaselineFileError(Exception):
+class BaselineFileError(InputError):
     """A baseline file is unreadable or invalid; the message names path, field, reason, fix."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.baseline import BaselineEntry, BaselineStore, EntryKey, MetricSummary
@@ -74,7 +75,7 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     return max(verdicts, key=_SEVERITY.__getitem__, default=Verdict.PASS)
 
 
-class ToleranceError(ValueError):
+class ToleranceError(InputError):
     """A tolerance that is not a fraction in (0, 1); the message names where it came from."""
 
 

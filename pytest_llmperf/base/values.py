@@ -1,0 +1,155 @@
+"""Value parsers shared by the pytest settings, the suite file and the ``llmperf`` CLI.
+
+One parser per kind of value, so ``--llmperf-levels=0``, ``levels = [0]`` in llmperf.toml and
+``llmperf sweep -c 0`` all say the same thing. Each raises ``ValueError`` with a message that
+the caller prefixes with where the value came from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pytest_llmperf.base.metric_defs import METRICS
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number") from None
+
+
+def parse_positive_int(text: Any) -> int:
+    value = text if isinstance(text, int) and not isinstance(text, bool) else parse_int(str(text))
+    if value <= 0:
+        raise ValueError(f"must be a positive whole number, got {value}")
+    return value
+
+
+def parse_nonneg_int(text: Any) -> int:
+    value = text if isinstance(text, int) and not isinstance(text, bool) else parse_int(str(text))
+    if value < 0:
+        raise ValueError(f"must be zero or more, got {value}")
+    return value
+
+
+def parse_float(text: Any) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite number")
+    return value
+
+
+def parse_positive_float(text: Any) -> float:
+    value = parse_float(text)
+    if value <= 0:
+        raise ValueError(f"must be greater than 0, got {value:g}")
+    return value
+
+
+def parse_bool(text: Any) -> bool:
+    if isinstance(text, bool):
+        return text
+    lowered = str(text).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true/false)")
+
+
+def parse_str(text: Any) -> str:
+    value = str(text).strip()
+    if not value:
+        raise ValueError("must not be empty")
+    return value
+
+
+def parse_levels(text: Any) -> tuple[int, ...]:
+    """``"1,4,16"`` or ``[1, 4, 16]`` → ``(1, 4, 16)``; every level a positive integer."""
+    items: list[Any]
+    if isinstance(text, (list, tuple)):
+        items = list(text)
+    else:
+        items = [part for part in str(text).replace(" ", "").split(",") if part]
+    if not items:
+        raise ValueError("the list of concurrency levels is empty")
+    levels: list[int] = []
+    for item in items:
+        try:
+            level = parse_positive_int(item)
+        except ValueError:
+            raise ValueError(
+                f"concurrency level {item!r} is not a positive whole number (e.g. 1,4,16)"
+            ) from None
+        if level not in levels:
+            levels.append(level)
+    return tuple(levels)
+
+
+def parse_fraction(text: Any) -> float:
+    """A tolerance: a fraction in (0, 1); ``"5%"`` is accepted and means 0.05."""
+    raw = str(text).strip()
+    value = parse_float(raw[:-1]) / 100 if raw.endswith("%") else parse_float(raw)
+    if not 0 < value < 1:
+        raise ValueError(
+            f"a tolerance must be between 0 and 1 (exclusive), e.g. 0.05 or 5%, got {raw}"
+        )
+    return value
+
+
+def parse_tolerances(text: Any) -> dict[str, float]:
+    """``"output_throughput=5%,median_ttft_ms=0.1"`` or a dict → ``{metric: fraction}``."""
+    pairs: list[tuple[str, Any]]
+    if isinstance(text, Mapping):
+        pairs = list(text.items())
+    else:
+        pairs = []
+        for part in str(text).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "=" not in part:
+                raise ValueError(f"{part!r} is not metric=tolerance (e.g. output_throughput=5%)")
+            name, value = part.split("=", 1)
+            pairs.append((name.strip(), value.strip()))
+    out: dict[str, float] = {}
+    for name, value in pairs:
+        if name != "*" and name not in METRICS:
+            raise ValueError(
+                f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
+            )
+        try:
+            out[name] = parse_fraction(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return out
+
+
+def parse_metrics(text: Any) -> tuple[str, ...]:
+    """A list of metric names, each checked against ``metric_defs``."""
+    items = list(text) if isinstance(text, (list, tuple)) else str(text).replace(" ", "").split(",")
+    names = tuple(item for item in (str(i).strip() for i in items) if item)
+    if not names:
+        raise ValueError("the list of metrics is empty")
+    for name in names:
+        if name not in METRICS:
+            raise ValueError(
+                f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}"
+            )
+    return names
+
+
+def parse_choice(*choices: str) -> Callable[[Any], str]:
+    def parse(text: Any) -> str:
+        value = str(text).strip()
+        if value not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return parse
