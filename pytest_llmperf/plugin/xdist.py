@@ -12,25 +12,25 @@ import pickle
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_llmperf.plugin import _State
+    from pytest_llmperf.plugin.session import LLMPerfSession
 
 PAYLOAD_KEY = "llmperf"
 
 
-def worker_payload(state: _State) -> dict[str, Any]:
+def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
     """What a worker sends: sweeps, verdicts and pending baseline writes (no live objects)."""
     body = {
         "sweeps": [s.model_dump(mode="json") for s in state.sweeps],
         "points": state.points,
         "gates": state.gates,
-        "crossovers": state.crossovers,
+        "sweep_checks": state.sweep_checks,
         "invalid": state.invalid,
-        "store": state.store.to_dict() if state.store is not None else None,
+        "store": state.store.to_dict() if state.has_store else None,
     }
     return {"pickle": base64.b64encode(pickle.dumps(body)).decode("ascii")}
 
 
-def merge_payloads(state: _State) -> None:
+def merge_payloads(state: LLMPerfSession) -> None:
     """Fold every worker's payload into the controller's state (called once, at the end)."""
     from pytest_llmperf.base.results import SweepResult
     from pytest_llmperf.verdicts.baseline import BaselineStore
@@ -41,11 +41,11 @@ def merge_payloads(state: _State) -> None:
         for config, points in body["points"].items():
             state.points.setdefault(config, []).extend(points)
         state.gates.extend(body["gates"])
-        state.crossovers.extend(body["crossovers"])
+        state.sweep_checks.extend(body["sweep_checks"])
         state.invalid.extend(body["invalid"])
         if body["store"] is not None:
-            if state.store is None:
-                state.store = BaselineStore.from_dict(body["store"])
+            if not state.has_store:
+                state._store = BaselineStore.from_dict(body["store"])
             else:
                 state.store.merge_dict(body["store"])
     state.sweeps.sort(key=lambda s: s.config)
@@ -61,9 +61,9 @@ class XdistHooks:
         node.workerinput["llmperf_loadgroup"] = node.config.getvalue("dist") == "loadgroup"
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from pytest_llmperf.plugin import STATE
+        from pytest_llmperf.plugin.session import SESSION
 
         output = getattr(node, "workeroutput", {}) or {}
         payload = output.get(PAYLOAD_KEY)
         if payload:
-            node.config.stash[STATE].worker_payloads.append(payload)
+            node.config.stash[SESSION].worker_payloads.append(payload)

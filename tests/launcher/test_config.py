@@ -93,10 +93,14 @@ def test_syntax_errors_are_one_line(tmp_path: Path) -> None:
 def test_other_file_problems(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_server_configs(tmp_path / "missing.toml")
-    json_file = tmp_path / "x.json"
-    json_file.write_text("{}")
-    with pytest.raises(ConfigError, match="unsupported config file type '.json'"):
-        load_server_configs(json_file)
+    ini_file = tmp_path / "x.ini"
+    ini_file.write_text("[server]")
+    with pytest.raises(ConfigError, match=r"x.ini: unsupported server config file type '.ini'"):
+        load_server_configs(ini_file)
+    bad_json = tmp_path / "x.json"
+    bad_json.write_text("{")
+    with pytest.raises(ConfigError, match=r"x.json: invalid JSON"):
+        load_server_configs(bad_json)
     with pytest.raises(ConfigError, match="unknown top-level key"):
         server_configs_from_data({"servers": []})
 

@@ -1,0 +1,67 @@
+"""What each parametrized perf test stands for, and the test ids pytest shows for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POINT_FIXTURE = "llmperf_point"
+GATE_FIXTURE = "llmperf_gate"
+CROSSOVER_FIXTURE = "llmperf_crossover"
+SLO_FIXTURE = "llmperf_slo"
+PERF_FIXTURES = (POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE)
+
+
+@dataclass(frozen=True)
+class PointParam:
+    config: str
+    concurrency: int
+    suite_path: Path
+
+
+@dataclass(frozen=True)
+class GateParam:
+    gate_index: int
+    concurrency: int
+    suite_path: Path
+
+
+@dataclass(frozen=True)
+class CrossoverParam:
+    index: int
+    suite_path: Path
+
+
+@dataclass(frozen=True)
+class SloParam:
+    config: str
+    suite_path: Path
+
+
+Param = PointParam | GateParam | CrossoverParam | SloParam
+KIND_ORDER: dict[type, int] = {PointParam: 0, GateParam: 1, CrossoverParam: 2, SloParam: 3}
+
+
+def gate_id(gate: Any) -> str:
+    return str(gate.name) if gate.name else f"{gate.config}-vs-{gate.reference}"
+
+
+def item_param(item: Any) -> Param | None:
+    """The perf parameter of a collected test, or None for any other test."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    for name in PERF_FIXTURES:
+        if name in callspec.params:
+            param: Param = callspec.params[name]
+            return param
+    return None
+
+
+def marker_kwargs(node: Any) -> dict[str, Any]:
+    """All ``llmperf`` markers merged, the closest one winning (as pytest-httpx does)."""
+    merged: dict[str, Any] = {}
+    for mark in node.iter_markers("llmperf"):
+        merged = {**mark.kwargs, **merged}
+    return merged

@@ -1,0 +1,517 @@
+"""The plugin's session object: the state of one pytest run and everything done with it.
+
+The hooks in ``plugin/__init__.py`` stay thin and call methods here (pytest-xdist's
+``DSession`` and syrupy's ``SnapshotSession`` are the models). One instance per pytest process
+lives in ``config.stash``; an xdist worker has its own and ships its results to the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_llmperf.plugin.params import (
+    CROSSOVER_FIXTURE,
+    GATE_FIXTURE,
+    KIND_ORDER,
+    POINT_FIXTURE,
+    SLO_FIXTURE,
+    CrossoverParam,
+    GateParam,
+    Param,
+    PointParam,
+    SloParam,
+    gate_id,
+    item_param,
+    marker_kwargs,
+)
+from pytest_llmperf.run.settings import (
+    MARKER_KEYS,
+    SETTINGS,
+    SETTINGS_BY_NAME,
+    SettingError,
+    check_marker_keys,
+    resolve,
+)
+
+if TYPE_CHECKING:
+    from pytest_llmperf.base.results import SweepResult, Workload
+    from pytest_llmperf.run.checks import SweepCheckResult
+    from pytest_llmperf.run.perfrun import PerfRun
+    from pytest_llmperf.run.suite import Suite
+    from pytest_llmperf.verdicts.baseline import BaselineStore
+    from pytest_llmperf.verdicts.compare import PointComparison
+    from pytest_llmperf.verdicts.gates import GateResult
+
+
+def usage_error(message: str) -> pytest.UsageError:
+    return pytest.UsageError(f"pytest-llmperf: {message}")
+
+
+def resolve_settings(config: pytest.Config) -> dict[str, Any]:
+    """Every setting from CLI > env > ini > default; ``_explicit`` names those given."""
+    ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
+    out: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for s in SETTINGS:
+        cli = config.getoption(s.dest, default=None) if s.cli else None
+        ini = config.getini(s.ini_key) if s.ini else None
+        out[s.name] = resolve(s.name, cli=cli, ini=ini, ini_source=ini_source)
+        if cli not in (None, False) or os.environ.get(s.env_var) or ini not in (None, "", []):
+            explicit.add(s.name)
+    out["_explicit"] = frozenset(explicit)
+    return out
+
+
+@dataclass
+class LLMPerfSession:
+    """Per-process run state and the operations on it."""
+
+    settings: dict[str, Any]
+    rootdir: Path
+    xdist_worker: bool = False
+    suites: dict[Path, Suite] = field(default_factory=dict)
+    run: PerfRun | None = None
+    _store: BaselineStore | None = None
+    points: dict[str, list[PointComparison]] = field(default_factory=dict)
+    gates: list[GateResult] = field(default_factory=list)
+    sweep_checks: list[SweepCheckResult] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    sweeps: list[SweepResult] = field(default_factory=list)
+    generated: dict[tuple[Path, str], int] = field(default_factory=dict)
+    worker_payloads: list[dict[str, Any]] = field(default_factory=list)
+    baseline_lines: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> LLMPerfSession:
+        try:
+            settings = resolve_settings(config)
+        except SettingError as exc:
+            raise usage_error(str(exc)) from None
+        return cls(
+            settings=settings,
+            rootdir=Path(config.rootpath),
+            xdist_worker=getattr(config, "workerinput", None) is not None,
+        )
+
+    # -- the suite file and per-test settings ---------------------------------------------
+    def suite_path(self, start: Path) -> Path | None:
+        from pytest_llmperf.run.suite import find_suite_file
+
+        explicit = self.settings.get("config")
+        if explicit:
+            p = Path(explicit)
+            return p if p.is_absolute() else self.rootdir / p
+        return find_suite_file(start, self.rootdir)
+
+    def suite(self, start: Path) -> Suite:
+        from pytest_llmperf.run.suite import SuiteError, load_suite
+
+        path = self.suite_path(start)
+        if path is None:
+            raise usage_error(
+                f"no llmperf.toml found from {start} up to {self.rootdir}; "
+                "create one next to your perf tests or pass --llmperf-config"
+            )
+        path = path.resolve()
+        if path not in self.suites:
+            try:
+                self.suites[path] = load_suite(path)
+            except SuiteError as exc:
+                raise usage_error(str(exc)) from None
+        return self.suites[path]
+
+    def effective(self, suite: Suite, marker: dict[str, Any], name: str, where: str) -> Any:
+        """A setting for one test: marker > CLI > env > ini > the suite's [sweep] > default."""
+        if name in marker:
+            return resolve(name, marker=marker, marker_source=f"{where}: @pytest.mark.llmperf")
+        value = self.settings[name]
+        suite_values = suite.sweep.as_settings()
+        explicit = name in self.settings["_explicit"]
+        if value == SETTINGS_BY_NAME[name].default and name in suite_values and not explicit:
+            return suite_values[name]
+        return value
+
+    def workload(self, suite: Suite, marker: dict[str, Any], where: str) -> Workload:
+        from pytest_llmperf.base.results import Workload
+
+        def get(name: str) -> Any:
+            return self.effective(suite, marker, name, where)
+
+        return Workload(
+            backend=get("backend"),
+            input_len=get("input_len"),
+            output_len=get("output_len"),
+            seed=get("seed"),
+            requests_per_level=get("requests"),
+            request_timeout_s=get("request_timeout"),
+            request_rate=get("request_rate"),
+        )
+
+    # -- parametrization --------------------------------------------------------------------
+    def generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        names = set(metafunc.fixturenames)
+        if not {POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE} & names:
+            return
+        where = metafunc.definition.nodeid
+        suite = self.suite(Path(str(metafunc.definition.path)))
+        assert suite.path is not None
+        suite_path = suite.path.resolve()
+        marker = marker_kwargs(metafunc.definition)
+        try:
+            check_marker_keys(marker, f"{where}: @pytest.mark.llmperf")
+            for name in sorted(MARKER_KEYS & set(marker)):  # bad values fail here, once per test
+                self.effective(suite, marker, name, where)
+            levels: tuple[int, ...] = self.effective(suite, marker, "levels", where)
+        except SettingError as exc:
+            raise usage_error(str(exc)) from None
+        declared = [s.name for s in suite.servers]
+        configs = marker.get("configs") or declared
+        for name in configs:
+            if name not in declared:
+                raise usage_error(
+                    f"{where}: @pytest.mark.llmperf(configs=...) names {name!r}, which "
+                    f"{suite.path} does not declare (servers: {', '.join(declared)})"
+                )
+
+        def count(cfgs: list[str]) -> None:
+            for cfg in cfgs:
+                key = (suite_path, cfg)
+                self.generated[key] = self.generated.get(key, 0) + 1
+
+        if POINT_FIXTURE in names:
+            params = [PointParam(c, lv, suite_path) for c in configs for lv in levels]
+            count([p.config for p in params])
+            ids = [f"{p.config}-C{p.concurrency}" for p in params]
+            metafunc.parametrize(POINT_FIXTURE, params, ids=ids, indirect=True)
+        if GATE_FIXTURE in names:
+            wanted = marker.get("gates")
+            gparams = [
+                GateParam(i, lv, suite_path)
+                for i, gate in enumerate(suite.gates)
+                if not wanted or gate_id(gate) in wanted
+                for lv in levels
+                if gate.applies(lv)
+            ]
+            ids = [f"{gate_id(suite.gates[p.gate_index])}-C{p.concurrency}" for p in gparams]
+            metafunc.parametrize(GATE_FIXTURE, gparams, ids=ids, indirect=True)
+        if CROSSOVER_FIXTURE in names:
+            cparams = [CrossoverParam(i, suite_path) for i in range(len(suite.crossovers))]
+            for cp in cparams:
+                cross = suite.crossovers[cp.index]
+                count([cross.config, cross.reference])
+            ids = [suite.crossovers[p.index].label for p in cparams]
+            metafunc.parametrize(CROSSOVER_FIXTURE, cparams, ids=ids, indirect=True)
+        if SLO_FIXTURE in names:
+            if suite.slo is None:
+                raise usage_error(
+                    f"{where} uses {SLO_FIXTURE}, but {suite.path} has no [slo] "
+                    "section (e.g. [slo] p99_ttft_ms = 2000, p99_tpot_ms = 80)"
+                )
+            sparams = [SloParam(c, suite_path) for c in configs]
+            count([p.config for p in sparams])
+            ids = [p.config for p in sparams]
+            metafunc.parametrize(SLO_FIXTURE, sparams, ids=ids, indirect=True)
+
+    def configs_of(self, param: Param) -> list[str]:
+        suite = self.suites[param.suite_path]
+        if isinstance(param, PointParam | SloParam):
+            return [param.config]
+        if isinstance(param, GateParam):
+            g = suite.gates[param.gate_index]
+            return [g.config, g.reference]
+        c = suite.crossovers[param.index]
+        return [c.config, c.reference]
+
+    def group_of(self, param: Param) -> str:
+        """The xdist group: configs linked by a gate or crossover share one worker."""
+        return self.suites[param.suite_path].linked_groups()[self.configs_of(param)[0]]
+
+    def sort_key(self, param: Param) -> tuple[Any, ...]:
+        """One launch per server: a group's tests together, points first, by config and C."""
+        order = [s.name for s in self.suites[param.suite_path].servers]
+        first = self.configs_of(param)[0]
+        conc = getattr(param, "concurrency", 0)
+        kind = KIND_ORDER[type(param)]
+        return (str(param.suite_path), self.group_of(param), kind, order.index(first), conc)
+
+    def select_baselines(self, items: list[pytest.Item], is_worker: bool) -> None:
+        """Tell the store what was selected: only entries no selected test could compare are
+        unused, and ``--llmperf-update`` deletes nothing a selected test could have compared,
+        whether that test later passed, errored, was skipped or its server never started."""
+        from pytest_llmperf.run.perfrun import PointError
+        from pytest_llmperf.verdicts.baseline import SWEEP_LEVEL, EntryKey
+
+        selected: dict[tuple[Path, str], int] = {}
+        covered: list[tuple[str, str, int, Workload]] = []  # (config, scope, C, workload)
+        for item in items:
+            param = item_param(item)
+            if param is None:
+                continue
+            if not isinstance(param, GateParam):
+                for cfg in self.configs_of(param):
+                    selected[(param.suite_path, cfg)] = selected.get((param.suite_path, cfg), 0) + 1
+            suite = self.suites[param.suite_path]
+            wl = self.workload(suite, marker_kwargs(item), item.nodeid)
+            if isinstance(param, PointParam):
+                covered.append((param.config, "point", param.concurrency, wl))
+            elif isinstance(param, CrossoverParam | SloParam):
+                covered.append((self.configs_of(param)[0], "sweep", SWEEP_LEVEL, wl))
+        if not covered and not selected:
+            return
+        store = self.store
+        run = self.perf_run(next(iter(self.suites.values())))
+        try:
+            for (suite_path, cfg), n in selected.items():
+                if n == self.generated.get((suite_path, cfg), -1):
+                    store.select(run.hardware_for(cfg), cfg)  # every test of it ran
+            for cfg, scope, conc, wl in covered:
+                key = EntryKey(run.hardware_for(cfg), cfg, wl.key(), conc)
+                if scope == "point":
+                    store.select(*key)
+                store.mark_used(key)
+        except PointError as exc:  # e.g. --llmperf-require-real without SGLang: launch nothing
+            if is_worker:
+                return  # an xdist worker cannot stop the session cleanly: each test reports it
+            raise usage_error(str(exc)) from None
+
+    # -- the run and the store ---------------------------------------------------------------
+    @property
+    def store(self) -> BaselineStore:
+        from pytest_llmperf.verdicts.baseline import BaselineStore
+
+        if self._store is None:
+            d = Path(self.settings["baseline_dir"])
+            self._store = BaselineStore(d if d.is_absolute() else self.rootdir / d)
+        return self._store
+
+    @property
+    def has_store(self) -> bool:
+        return self._store is not None
+
+    @property
+    def output_dir(self) -> Path:
+        d = Path(self.settings["output_dir"])
+        return d if d.is_absolute() else self.rootdir / d
+
+    def perf_run(self, suite: Suite) -> PerfRun:
+        from pytest_llmperf.run.perfrun import PerfRun
+
+        if self.run is None:
+            s = self.settings
+            try:
+                self.run = PerfRun(
+                    suite=suite,
+                    output_dir=self.output_dir,
+                    url=s["url"],
+                    api_key=s["api_key"],
+                    simulate=bool(s["simulate"]),
+                    require_real=bool(s["require_real"]),
+                    sim_profile=s["sim_profile"],
+                    sim_args=s["sim_args"],
+                    launch_timeout_s=s["launch_timeout"],
+                    hardware_override=s["hardware"],
+                    details=bool(s["details"]),
+                    scrape_metrics=bool(s["scrape_metrics"]),
+                    progress=_progress_printer(),
+                    env=self.environment(),
+                    slo=suite.slo,
+                )
+            except ValueError as exc:
+                raise usage_error(str(exc)) from None
+        return self.run
+
+    def environment(self) -> dict[str, str]:
+        """The environment a run slices GPUs and ports by; xdist's worker id only if we are one.
+
+        A pytest started from inside an xdist worker (pytester, a nested run) inherits the
+        parent's PYTEST_XDIST_WORKER and would otherwise take that worker's GPU slice and ports.
+        """
+        env = dict(os.environ)
+        if not self.xdist_worker:
+            env.pop("PYTEST_XDIST_WORKER", None)
+            env.pop("PYTEST_XDIST_WORKER_COUNT", None)
+        return env
+
+    def safe_hardware(self, config: str) -> str:
+        try:
+            return self.run.hardware_for(config) if self.run else "unknown"
+        except Exception:
+            return "unknown"
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.close()
+            self.sweeps = self.run.all_sweeps()
+
+    # -- the end of the session --------------------------------------------------------------
+    def header_lines(self, config: pytest.Config) -> list[str] | None:
+        """Everything needed to reproduce the run: server mode, URL, hardware, levels, workload."""
+        s = self.settings
+        args = [a for a in config.args if not a.startswith("-")] or [str(self.rootdir)]
+        first = Path(args[0]).resolve() if Path(args[0]).exists() else self.rootdir
+        path = self.suite_path(first)
+        if path is None:
+            return None
+        try:
+            suite = self.suite(path)
+        except pytest.UsageError:
+            return None  # reported properly at collection
+        run = self.perf_run(suite)
+        lines = [f"llmperf: suite {path}"]
+        for cfg in suite.servers:
+            try:
+                mode = run.mode_for(cfg.name)
+            except Exception as exc:  # e.g. --llmperf-require-real without SGLang
+                lines.append(f"llmperf: server {cfg.name}: {exc}")
+                continue
+            where = run.url_for(cfg.name) if mode == "attached" else "launched on a free port"
+            extra = f", profile {run.sim_profile_for(cfg)}" if mode == "simulated" else ""
+            lines.append(
+                f"llmperf: server {cfg.name}: {mode.upper()} ({where}{extra}), model {cfg.model}, "
+                f"hardware key {run.hardware_for(cfg.name)}"
+            )
+        if any(run.mode_for(c.name) == "simulated" for c in suite.servers if not s["require_real"]):
+            lines.append(
+                "llmperf: NOTE: SGLang is not in use; the numbers come from the SIMULATED server "
+                "(pass --llmperf-require-real on GPU runners)"
+            )
+        levels = self.effective(suite, {}, "levels", "header")
+        wl = self.workload(suite, {}, "header")
+        lines.append(
+            f"llmperf: levels {','.join(map(str, levels))}; workload {wl.key()} seed={wl.seed}; "
+            f"client httpx over aiohttp; baselines {self.store.directory}"
+            + ("; UPDATING baselines" if s["update"] else "")
+        )
+        return lines
+
+    def finish(self, session: pytest.Session) -> None:
+        """Write results, flush baselines once, and decide the exit status for unused entries."""
+        from pytest_llmperf.report.tables import markdown_summary
+        from pytest_llmperf.verdicts.baseline import BaselineFileError
+
+        order = [s.name for suite in self.suites.values() for s in suite.servers]
+        self.sweeps.sort(key=lambda s: order.index(s.config) if s.config in order else len(order))
+        out = self.output_dir
+        if self.sweeps:
+            self._write_results(out)
+            summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary_path:
+                with open(summary_path, "a", encoding="utf-8") as fh:
+                    fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
+            if self.settings["plots"]:
+                self._write_plots(out / "plots")
+        if self._store is None:
+            return
+        update = bool(self.settings["update"])
+        try:
+            unused = self._store.unused()
+            report = self._store.flush(delete_unused=update)
+        except BaselineFileError as exc:
+            # Already reported by the tests that read the file; never lose the session to it.
+            self.baseline_lines = [f"not written: {exc}"]
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
+        lines: list[str] = [report.summary()] if (report.files or update) else []
+        if unused and not update:
+            warn_only = bool(self.settings["warn_unused"])
+            lines.append(
+                f"{len(unused)} baseline entr{'y' if len(unused) == 1 else 'ies'} unused: "
+                + ", ".join(k.label() for k in unused[:10])
+                + ("" if len(unused) <= 10 else ", ...")
+                + ". Re-run with --llmperf-update to delete them"
+                + ("." if warn_only else " (or --llmperf-warn-unused to only warn).")
+            )
+            if not warn_only and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self.baseline_lines = lines
+
+    def _write_results(self, out: Path) -> None:
+        """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
+        from pytest_llmperf.report.results_file import RunFile, save_run
+
+        by_hw: dict[str, list[SweepResult]] = {}
+        for sweep in self.sweeps:
+            by_hw.setdefault(self.safe_hardware(sweep.config), []).append(sweep)
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (hw, sweeps) in enumerate(sorted(by_hw.items())):
+            name = "results.json" if i == 0 else f"results-{hw}.json"
+            save_run(RunFile(hardware=hw, sweeps=sweeps), out / name)
+
+    def _write_plots(self, directory: Path) -> None:
+        """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""
+        from pytest_llmperf.report.plots import PlotsUnavailable, plot_all
+        from pytest_llmperf.verdicts.baseline import EntryKey
+        from pytest_llmperf.verdicts.compare import resolve_tolerance
+
+        bands: dict[str, dict[int, tuple[float, float]]] = {}
+        for sweep in self.sweeps:
+            for lv in sweep.levels:
+                key = EntryKey(
+                    self.safe_hardware(sweep.config),
+                    sweep.config,
+                    sweep.workload.key(),
+                    lv.max_concurrency,
+                )
+                entry = self._store.get(key, mark_used=False) if self._store else None
+                summary = entry.metrics.get("output_throughput") if entry else None
+                if entry is not None and summary is not None:
+                    tol = resolve_tolerance("output_throughput", entry=entry)
+                    bands.setdefault(sweep.config, {})[lv.max_concurrency] = (summary.mean, tol)
+        crossover = None
+        measured = [r for r in self.sweep_checks if r.metric == "crossover_concurrency"]
+        specs = [c for suite in self.suites.values() for c in suite.crossovers]
+        if measured and specs:
+            spec = next((c for c in specs if f"crossover {c.label}" == measured[0].label), None)
+            if spec is not None:
+                crossover = (spec.config, spec.reference, measured[0].value)
+        try:
+            plot_all(self.sweeps, directory, bands=bands, crossover=crossover)
+        except PlotsUnavailable as exc:
+            import warnings
+
+            from pytest_llmperf.plugin.warnings import LLMPerfWarning
+
+            warnings.warn(LLMPerfWarning(f"pytest-llmperf: plots skipped: {exc}"), stacklevel=1)
+
+    def summary_lines(self) -> list[str]:
+        """The terminal summary: tables, whole-sweep checks, invalid levels, baselines."""
+        from pytest_llmperf.report.tables import render_run
+
+        lines = render_run(self.sweeps, self.points, self.gates).splitlines()
+        for r in self.sweep_checks:
+            lines.append(f"{r.label}: C={r.value} (baseline {r.baseline}) {r.verdict}")
+        lines += [f"INVALID: {line}" for line in self.invalid]
+        lines += [f"baselines: {line}" for line in self.baseline_lines]
+        lines.append(f"results: {self.output_dir / 'results.json'}")
+        if self.settings["plots"]:
+            lines.append(f"plots: {self.output_dir / 'plots'}")
+        return lines
+
+
+def _progress_printer() -> Any:
+    """A progress line on a terminal (never in CI logs or under xdist workers)."""
+    stream = sys.__stderr__
+    if stream is None or not stream.isatty() or os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+
+    def show(config: str, p: Any) -> None:
+        if p.phase == "level-done":
+            stream.write("\r\033[K")
+        else:
+            stream.write(
+                f"\r\033[Kllmperf {config} C={p.concurrency}: {p.done}/{p.total} requests, "
+                f"{p.tok_per_s:.0f} tok/s"
+            )
+        stream.flush()
+
+    return show
+
+
+SESSION = pytest.StashKey[LLMPerfSession]()
