@@ -66,3 +66,72 @@ def test_k_selects_points_and_unused_counts_only_selected(suite):
     deleted = run(suite, *METRICS, "--llmperf-levels", "1", "--llmperf-update")
     deleted.stdout.fnmatch_lines(["*2 baseline entries deleted*"])
     assert run(suite, *METRICS, "--llmperf-levels", "1").ret == 0
+
+
+def _entries(suite) -> dict[str, list[str]]:
+    """Every stored (config → levels) pair under the suite's baselines."""
+    out: dict[str, list[str]] = {}
+    for path in suite.path.rglob("baselines/**/*.json"):
+        data = json.loads(path.read_text())
+        for levels in data["workloads"].values():
+            out.setdefault(data["config"], []).extend(sorted(levels))
+    return out
+
+
+NO_BASELINE_TEST = """
+def test_no_failed_requests(llmperf_point):
+    assert llmperf_point.result.failed == 0
+"""
+
+
+def test_k_on_a_test_that_never_compares_leaves_entries_used_and_kept(suite):
+    """`-k test_no_failed_requests` (the README's own example) could compare every point it
+    selects, so no entry is unused; with --llmperf-update nothing is deleted."""
+    suite.makepyfile(test_more=NO_BASELINE_TEST)
+    run(suite, "--llmperf-update", *METRICS, "-k", "test_sweep").assert_outcomes(passed=4)
+    before = _entries(suite)
+    assert before == {"mtp": ["1", "4"], "plain": ["1", "4"]}
+    only = run(suite, *METRICS, "-k", "test_no_failed_requests")
+    only.assert_outcomes(passed=4, deselected=6)
+    assert only.ret == 0 and "unused" not in only.stdout.str()
+    updated = run(suite, *METRICS, "-k", "test_no_failed_requests", "--llmperf-update")
+    assert updated.ret == 0 and "deleted" not in updated.stdout.str()
+    assert _entries(suite) == before
+
+
+def test_update_keeps_entries_of_a_server_that_did_not_start(suite):
+    run(suite, "--llmperf-update", *METRICS).assert_outcomes(passed=6)
+    before = _entries(suite)
+    broken = run(
+        suite,
+        "--llmperf-update",
+        *METRICS,
+        "--llmperf-sim-args",
+        "plain: --sim-fault crash-on-start",
+        "-k",
+        "test_sweep",
+    )
+    assert broken.ret != 0  # plain's points error
+    assert "deleted" not in broken.stdout.str()
+    assert _entries(suite) == before
+
+
+def test_update_keeps_entries_of_skipped_and_errored_points(suite):
+    run(suite, "--llmperf-update", *METRICS).assert_outcomes(passed=6)
+    before = _entries(suite)
+    suite.makepyfile(
+        test_perf="""
+import pytest
+
+def test_sweep(llmperf_point):
+    if llmperf_point.config == "plain":
+        pytest.skip("not today")
+    if llmperf_point.concurrency == 4:
+        raise RuntimeError("a broken test body")
+    llmperf_point.assert_baseline()
+"""
+    )
+    result = run(suite, "--llmperf-update", *METRICS)
+    result.assert_outcomes(passed=1, skipped=2, failed=1)
+    assert "deleted" not in result.stdout.str()
+    assert _entries(suite) == before
