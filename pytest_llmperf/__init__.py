@@ -50,7 +50,32 @@ _EXPORTS: dict[str, str] = {
     "PerfRun": "pytest_llmperf.run.perfrun",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "BaselineStore",
+    "Gate",
+    "GateResult",
+    "InputError",
+    "LLMPerfError",
+    "LevelResult",
+    "METRICS",
+    "PerfRun",
+    "PointComparison",
+    "ServerConfig",
+    "ServerFacts",
+    "ServerHandle",
+    "Suite",
+    "SweepResult",
+    "Verdict",
+    "Workload",
+    "__version__",
+    "attach",
+    "compare_point",
+    "evaluate_gate",
+    "launch",
+    "load_suite",
+    "run_level",
+    "run_sweep",
+]
 
 
 def __getattr__(name: str) -> Any:
