@@ -17,7 +17,9 @@ import httpx
 import pytest
 
 from pytest_llmperf.sim.args import parse_args
-from pytest_llmperf.sim.server import FLUSH_TEXT, READY_LINE, SimServer, token_text
+from pytest_llmperf.sim.http_api import FLUSH_TEXT
+from pytest_llmperf.sim.server import READY_LINE, SimServer
+from pytest_llmperf.sim.wire import token_text
 
 from .conftest import FakeEngine, ServerThread, SimProcess, profile_args, sse_json
 
