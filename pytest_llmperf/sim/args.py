@@ -41,6 +41,13 @@ def _positive_float(value: str) -> float:
     return f
 
 
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class SimArgs:
     """Everything the command line says: the performance knobs plus the front-only options."""
@@ -122,6 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps whose running batch size is in [LO, HI] take FACTOR x longer (repeatable)",
     )
     s.add_argument(
+        "--sim-keepalive-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="close a keep-alive connection idle longer than SECONDS without any header, as "
+        "llama.cpp's llama-server (cpp-httplib, 5 s) does; responses then carry httplib's "
+        "'Keep-Alive: timeout=S, max=N' and errors (>= 400) 'Connection: close'",
+    )
+    s.add_argument(
+        "--sim-keepalive-max-requests",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="serve at most N responses per connection (cpp-httplib: 100); the Nth carries "
+        "'Connection: close' and the server closes the connection after it",
+    )
+    s.add_argument(
         "--sim-fault",
         type=parse_fault,
         action="append",
@@ -172,6 +196,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SimArgs:
         sim_jitter=ns.sim_jitter,
         sim_time_scale=ns.sim_time_scale,
         sim_slowdown=tuple(ns.sim_slowdown or ()),
+        sim_keepalive_timeout=ns.sim_keepalive_timeout,
+        sim_keepalive_max_requests=ns.sim_keepalive_max_requests,
         unknown_args=tuple(unknown),
     )
     return SimArgs(

@@ -47,4 +47,7 @@ class ServerKnobs:
     )
     # (lo, hi, factor): steps whose running batch size is in [lo, hi] take `factor` x longer.
     sim_slowdown: tuple[tuple[int, int, float], ...] = ()
+    # llama-server (cpp-httplib) keep-alive closing; None: aiohttp's defaults (see keepalive.py)
+    sim_keepalive_timeout: float | None = None
+    sim_keepalive_max_requests: int | None = None
     unknown_args: tuple[str, ...] = field(default_factory=tuple)

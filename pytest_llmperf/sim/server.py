@@ -23,6 +23,7 @@ from pytest_llmperf.sim.bodies import RequestError, count_prompt_words
 from pytest_llmperf.sim.engine_api import Engine, SimRequest, TokenEvent
 from pytest_llmperf.sim.faults import Faults
 from pytest_llmperf.sim.http_api import build_app
+from pytest_llmperf.sim.keepalive import KeepAlivePolicy
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.logfmt import get_logger
 from pytest_llmperf.sim.prom import SglangMetrics
@@ -99,7 +100,11 @@ class SimServer:
         self._runner: web.AppRunner | None = None
         self.port: int = knobs.port
         self.metrics = SglangMetrics(self) if knobs.enable_metrics else None
+        self.keepalive = KeepAlivePolicy(
+            knobs.sim_keepalive_timeout, knobs.sim_keepalive_max_requests
+        )
         self.app = build_app(self)
+        self.keepalive.install(self.app)
 
     # ------------------------------------------------------------ lifecycle
     async def start(self, *, host: str | None = None, port: int | None = None) -> None:
@@ -108,7 +113,11 @@ class SimServer:
         port = port if port is not None else self.knobs.port
         self._engine_task = asyncio.get_running_loop().create_task(self.engine.run())
         self._runner = web.AppRunner(
-            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5
+            self.app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=0.5,
+            **self.keepalive.runner_kwargs(),
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
