@@ -30,7 +30,11 @@ FLUSH_TEXT = (
 
 
 def build_app(server: SimServer) -> web.Application:
-    """The aiohttp application serving ``server``'s API."""
+    """The aiohttp application serving ``server``'s API (SGLang's, or vLLM's)."""
+    if server.api == "vllm":
+        from pytest_llmperf.sim.vllm_api import VllmApi
+
+        return VllmApi(server).build_app()
     return SglangApi(server).build_app()
 
 
@@ -265,6 +269,8 @@ class SglangApi(GenerationRoutes):
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.server.engine.is_idle():
             self.server.engine.reset_metrics()
+            if self.server.prefix_cache is not None:
+                self.server.prefix_cache.clear()
             self.server.log.info("Cache flushed successfully!")
             return web.Response(text=FLUSH_TEXT, status=200)
         s = self.server.engine.stats()

@@ -109,6 +109,9 @@ class SglangMetrics:
             buckets=(0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400),
         ).labels(model)
 
+    def on_cached(self, cached: int, prompt_len: int) -> None:
+        self.cached_tokens.inc(cached)
+
     def on_finish(self, gen: Gen) -> None:
         self.requests.inc()
         self.prompt_tokens.inc(gen.prompt_len)
@@ -128,7 +131,8 @@ class SglangMetrics:
             s.used_kv_tokens / s.max_total_num_tokens if s.max_total_num_tokens else 0.0
         )
         self.g_thr.labels(*v).set(s.last_gen_throughput)
-        self.g_hit.labels(*v).set(0.0)
+        pc = server.prefix_cache
+        self.g_hit.labels(*v).set(pc.hits / pc.queries if pc is not None and pc.queries else 0.0)
         self.g_max.labels(*v).set(s.max_total_num_tokens)
         self.g_retract.labels(*v).set(0)
         self.g_graph.labels(*v).set(0 if server.knobs.disable_cuda_graph else 1)
@@ -138,4 +142,166 @@ class SglangMetrics:
             self.g_acc_rate.labels(*v).set(
                 max(0.0, acc - 1.0) / max(1, server.spec_draft_tokens - 1)
             )
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class VllmMetrics:
+    """A few of vLLM's ``vllm:*`` metrics (V1 engine names), labelled model_name/engine."""
+
+    def __init__(self, server: SimServer) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.server = server
+        self.registry = CollectorRegistry(auto_describe=True)
+        lab = ["model_name", "engine"]
+        vals = (server.served_model_name, "0")
+        reg = self.registry
+        self.g_running = Gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.g_waiting = Gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.g_kv = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", lab, registry=reg
+        ).labels(*vals)
+        self.gen_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", lab, registry=reg
+        ).labels(*vals)
+        self.pc_queries = Counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.pc_hits = Counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*lab, "finished_reason"],
+            registry=reg,
+        )
+        self.aborted = self.success.labels(*vals, "abort")
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            lab,
+            registry=reg,
+            buckets=(
+                0.001,
+                0.005,
+                0.01,
+                0.02,
+                0.04,
+                0.06,
+                0.08,
+                0.1,
+                0.25,
+                0.5,
+                0.75,
+                1.0,
+                2.5,
+                5.0,
+                7.5,
+                10.0,
+                20.0,
+                40.0,
+                80.0,
+                160.0,
+                640.0,
+                2560.0,
+            ),
+        ).labels(*vals)
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            lab,
+            registry=reg,
+            buckets=(
+                0.01,
+                0.025,
+                0.05,
+                0.075,
+                0.1,
+                0.15,
+                0.2,
+                0.3,
+                0.4,
+                0.5,
+                0.75,
+                1.0,
+                2.5,
+                5.0,
+                7.5,
+                10.0,
+                20.0,
+                40.0,
+                80.0,
+            ),
+        ).labels(*vals)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            lab,
+            registry=reg,
+            buckets=(
+                0.3,
+                0.5,
+                0.8,
+                1.0,
+                1.5,
+                2.0,
+                2.5,
+                5.0,
+                10.0,
+                15.0,
+                20.0,
+                30.0,
+                40.0,
+                50.0,
+                60.0,
+                120.0,
+                240.0,
+                480.0,
+                960.0,
+                1920.0,
+                7680.0,
+            ),
+        ).labels(*vals)
+        self._vals = vals
+
+    def on_cached(self, cached: int, prompt_len: int) -> None:
+        self.pc_hits.inc(cached)
+        self.pc_queries.inc(prompt_len)
+
+    def on_finish(self, gen: Gen) -> None:
+        self.success.labels(*self._vals, "length").inc()
+        self.prompt_tokens.inc(gen.prompt_len)
+        self.gen_tokens.inc(gen.n)
+        self.e2e.observe(gen.t_last - gen.t_start)
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        s = self.server.engine.stats()
+        self.g_running.set(s.num_running)
+        self.g_waiting.set(s.num_queued)
+        self.g_kv.set(s.used_kv_tokens / s.max_total_num_tokens if s.max_total_num_tokens else 0.0)
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

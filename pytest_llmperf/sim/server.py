@@ -19,14 +19,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from pytest_llmperf.sim.bodies import RequestError, count_prompt_words
+from pytest_llmperf.sim.bodies import Prompt, RequestError
 from pytest_llmperf.sim.engine_api import Engine, SimRequest, TokenEvent
 from pytest_llmperf.sim.faults import Faults
 from pytest_llmperf.sim.http_api import build_app
 from pytest_llmperf.sim.keepalive import KeepAlivePolicy
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.logfmt import get_logger
-from pytest_llmperf.sim.prom import SglangMetrics
+from pytest_llmperf.sim.prefix_cache import PrefixCache
+from pytest_llmperf.sim.prom import SglangMetrics, VllmMetrics
+from pytest_llmperf.sim.vllm_wire import vllm_event, vllm_stream_tail
 from pytest_llmperf.sim.wire import (
     DONE,
     NATIVE,
@@ -99,7 +101,15 @@ class SimServer:
         self._engine_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.port: int = knobs.port
-        self.metrics = SglangMetrics(self) if knobs.enable_metrics else None
+        self.api = knobs.sim_api
+        self.metrics: SglangMetrics | VllmMetrics | None = None
+        if self.api == "vllm":
+            self.metrics = VllmMetrics(self)  # vLLM always serves /metrics
+        elif knobs.enable_metrics:
+            self.metrics = SglangMetrics(self)
+        self.prefix_cache: PrefixCache | None = None
+        if not knobs.disable_radix_cache:
+            self.prefix_cache = PrefixCache(engine.stats().max_total_num_tokens)
         self.keepalive = KeepAlivePolicy(
             knobs.sim_keepalive_timeout, knobs.sim_keepalive_max_requests
         )
@@ -157,7 +167,7 @@ class SimServer:
         if not self.knobs.skip_server_warmup:
             st = Stream(self, NATIVE, False, internal=True)
             try:
-                self.add_gen(st, self.new_rid(), count_prompt_words(WARMUP_TEXT), 8, False)
+                self.add_gen(st, self.new_rid(), Prompt.from_text(WARMUP_TEXT), 8, False)
                 await self.wait_done(st)
             except Exception as e:  # a broken engine must show in the log, like SGLang
                 self.log.error(f"Initialization failed. warmup error: {e!r}")
@@ -170,8 +180,14 @@ class SimServer:
     def new_rid(self) -> str:
         return uuid.uuid4().hex
 
-    def add_gen(self, st: Stream, rid: str, prompt_len: int, max_new: int, ignore_eos: bool) -> Gen:
-        gen = Gen(st, len(st.gens), rid, prompt_len, max_new)
+    def add_gen(self, st: Stream, rid: str, prompt: Prompt, max_new: int, ignore_eos: bool) -> Gen:
+        prompt_len = prompt.length
+        cached = 0
+        if self.prefix_cache is not None and not st.internal:
+            cached = self.prefix_cache.match_and_insert(prompt.tokens)
+            if self.metrics is not None:
+                self.metrics.on_cached(cached, prompt_len)
+        gen = Gen(st, len(st.gens), rid, prompt_len, max_new, cached)
         st.gens.append(gen)
         if not st.internal:
             self.requests_started += 1
@@ -182,6 +198,7 @@ class SimServer:
                 max_new_tokens=max_new,
                 on_event=gen.on_event,
                 ignore_eos=ignore_eos,
+                cached_tokens=cached,
             )
         )
         return gen
@@ -249,12 +266,14 @@ class SimServer:
         if st.streaming:
             if st.kind == NATIVE:
                 native_event(st, gen, start, stop, ev.finished)
+            elif st.vllm:
+                vllm_event(st, gen, start, stop, ev.finished)
             else:
                 openai_event(st, gen, start, stop, ev.finished)
             if (start == 0 and stop > 0) or ev.finished:
                 st.to_stamp.append(gen)
             if st.n_done == len(st.gens):
-                stream_tail(st)
+                vllm_stream_tail(st) if st.vllm else stream_tail(st)
             st.wake()
         elif st.n_done == len(st.gens):
             st.wake()
@@ -342,11 +361,12 @@ class SimServer:
             "faults_fired": list(self.fault_log),
         }
 
-    def check_lengths(self, prompts: int | list[int], max_new: int) -> None:
+    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> None:
         ctx = self.context_len()
         if not ctx:
             return
-        for plen in prompts if isinstance(prompts, list) else [prompts]:
+        for prompt in prompts if isinstance(prompts, list) else [prompts]:
+            plen = prompt.length
             if plen >= ctx:
                 raise RequestError(
                     f"The input ({plen} tokens) is longer than the model's context length "

@@ -53,13 +53,14 @@ def vocab_text_json(start: int, stop: int) -> bytes:
 class Usage:
     prompt: int
     completion: int
+    cached: int = 0  # reported only where the server's cache report is on and it is > 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt,
             "total_tokens": self.prompt + self.completion,
             "completion_tokens": self.completion,
-            "prompt_tokens_details": None,
+            "prompt_tokens_details": {"cached_tokens": self.cached} if self.cached else None,
             "reasoning_tokens": 0,
         }
 
@@ -84,10 +85,14 @@ class Gen:
         "t_last",
         "meta_head",
         "meta_tail",
+        "cached",
         "internal",
     )
 
-    def __init__(self, stream: Stream, index: int, rid: str, prompt_len: int, max_new: int) -> None:
+    def __init__(
+        self, stream: Stream, index: int, rid: str, prompt_len: int, max_new: int, cached: int = 0
+    ) -> None:
+        self.cached = cached
         self.stream = stream
         self.index = index
         self.rid = rid
@@ -109,8 +114,12 @@ class Gen:
             + str(prompt_len).encode()
             + b',"weight_version":"default","total_retractions":0,"completion_tokens":'
         )
-        self.meta_tail = b',"cached_tokens":0}'
+        self.meta_tail = b',"cached_tokens":' + str(cached).encode() + b"}"
         self.internal = stream.internal
+
+    def reported_cached(self) -> int:
+        """Cached tokens for OpenAI usage: SGLang needs --enable-cache-report for them."""
+        return self.cached if self.stream.server.knobs.enable_cache_report else 0
 
     def on_event(self, ev: TokenEvent) -> None:
         self.stream.server.on_token_event(self, ev)
@@ -124,7 +133,7 @@ class Gen:
             "weight_version": "default",
             "total_retractions": 0,
             "completion_tokens": self.n,
-            "cached_tokens": 0,
+            "cached_tokens": self.cached,
             "e2e_latency": self.t_last - self.t_start,
         }
         server = self.stream.server
@@ -161,7 +170,9 @@ class Stream:
         continuous_usage: bool = False,
         batch: bool = False,
         internal: bool = False,
+        vllm: bool = False,
     ) -> None:
+        self.vllm = vllm  # vLLM's OpenAI chunk shapes (vllm_wire.py)
         self.server = server
         self.kind = kind
         self.streaming = streaming
@@ -334,7 +345,7 @@ def stream_tail(st: Stream) -> None:
     """After the last token: the usage chunk (OpenAI, if asked for) and [DONE]."""
     if st.kind != NATIVE and st.include_usage:
         gen = st.gens[0]
-        usage = Usage(gen.prompt_len, gen.n).as_dict()
+        usage = Usage(gen.prompt_len, gen.n, gen.reported_cached()).as_dict()
         if st.kind == COMPLETIONS:
             # SGLang dumps this chunk with exclude_none=True
             usage.pop("prompt_tokens_details")
