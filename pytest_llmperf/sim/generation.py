@@ -130,7 +130,7 @@ class GenerationRoutes:
             "created": st.created,
             "model": st.model,
             "choices": [choice],
-            "usage": Usage(gen.prompt_len, gen.n, gen.cached).as_dict(),
+            "usage": Usage(gen.prompt_len, gen.n, gen.reported_cached()).as_dict(),
             "metadata": {"weight_version": "default"},
         }
 

@@ -310,9 +310,14 @@ class SglangApi(GenerationRoutes):
             # the HTTP front's side: when the first and last token events were written
             i = fields.index("rid")
             none = (None, None)
-            gt["fields"] = [*fields, "t_first_write", "t_last_write"]
+            gt["fields"] = [*fields, "t_first_write", "t_last_write", "cached_tokens"]
             gt["requests"] = [
-                [*row, *self.server.write_times.get(row[i], none)] for row in gt["requests"]
+                [
+                    *row,
+                    *self.server.write_times.get(row[i], none),
+                    self.server.cached_by_rid.get(row[i], 0),
+                ]
+                for row in gt["requests"]
             ]
         gt["server"] = self.server.server_counters()
         return json_response(gt)

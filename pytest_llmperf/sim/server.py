@@ -98,6 +98,7 @@ class SimServer:
         # rid -> [first, last] perf_counter() time its token events were handed to the socket:
         # the truth a client's TTFT is compared with (the engine's step ends exclude the front)
         self.write_times: dict[str, list[float | None]] = {}
+        self.cached_by_rid: dict[str, int] = {}  # prefix-cache hits, for the ground truth
         self._engine_task: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.port: int = knobs.port
@@ -188,6 +189,10 @@ class SimServer:
             if self.metrics is not None:
                 self.metrics.on_cached(cached, prompt_len)
         gen = Gen(st, len(st.gens), rid, prompt_len, max_new, cached)
+        if not st.internal:
+            self.cached_by_rid[rid] = cached
+            if len(self.cached_by_rid) > WRITE_TIMES_LIMIT:
+                del self.cached_by_rid[next(iter(self.cached_by_rid))]
         st.gens.append(gen)
         if not st.internal:
             self.requests_started += 1
