@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     from pytest_llmperf.sim.args import parse_args
     from pytest_llmperf.sim.logfmt import configure_logging
-    from pytest_llmperf.sim.server import run_main
+    from pytest_llmperf.sim.main import run_main
 
     args = parse_args(argv)
     configure_logging(args.knobs.log_level)

@@ -41,6 +41,26 @@ def _positive_float(value: str) -> float:
     return f
 
 
+def _template_overhead(value: str) -> tuple[int, int]:
+    parts = value.split(",")
+    try:
+        per_msg, const = (int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid chat template overhead {value!r}; expected PER_MESSAGE,CONSTANT, e.g. 5,5"
+        ) from None
+    if per_msg < 0 or const < 0:
+        raise argparse.ArgumentTypeError(f"chat template overhead {value!r} must be >= 0")
+    return per_msg, const
+
+
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value!r}")
+    return n
+
+
 @dataclass(frozen=True)
 class SimArgs:
     """Everything the command line says: the performance knobs plus the front-only options."""
@@ -95,6 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--decode-log-interval", type=int, default=d.decode_log_interval)
     g.add_argument("--log-level", default=d.log_level)
     g.add_argument("--trust-remote-code", action="store_true")
+    g.add_argument("--enable-cache-report", action="store_true")
+    g.add_argument("--disable-radix-cache", action="store_true")
+    v = p.add_argument_group("vLLM flags (with --sim-api vllm)")
+    v.add_argument("--enable-prompt-tokens-details", action="store_true")
+    v.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="vLLM's switch; --no-enable-prefix-caching turns the prefix cache off",
+    )
 
     s = p.add_argument_group("simulator-only flags")
     s.add_argument(
@@ -120,6 +150,41 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="LO-HI:FACTOR",
         help="steps whose running batch size is in [LO, HI] take FACTOR x longer (repeatable)",
+    )
+    s.add_argument(
+        "--sim-api",
+        choices=("sglang", "vllm"),
+        default="sglang",
+        help="whose HTTP API to serve: sglang (default) or vllm (GET /health, /v1/models, "
+        "/metrics with vllm: names, /version, POST /v1/completions, /v1/chat/completions, "
+        "/reset_prefix_cache; SGLang routes 404; a request naming another model gets vLLM's "
+        "404 error)",
+    )
+    s.add_argument(
+        "--sim-chat-template-overhead",
+        type=_template_overhead,
+        default=d.sim_chat_template_overhead,
+        metavar="PER_MESSAGE,CONSTANT",
+        help="tokens a chat template adds to /v1/chat/completions prompts: PER_MESSAGE per "
+        "message plus CONSTANT (default 5,5, a Llama-3 template); counted in "
+        "usage.prompt_tokens as a real engine does; 0,0 counts content words only",
+    )
+    s.add_argument(
+        "--sim-keepalive-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="close a keep-alive connection idle longer than SECONDS without any header, as "
+        "llama.cpp's llama-server (cpp-httplib, 5 s) does; responses then carry httplib's "
+        "'Keep-Alive: timeout=S, max=N' and errors (>= 400) 'Connection: close'",
+    )
+    s.add_argument(
+        "--sim-keepalive-max-requests",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="serve at most N responses per connection (cpp-httplib: 100); the Nth carries "
+        "'Connection: close' and the server closes the connection after it",
     )
     s.add_argument(
         "--sim-fault",
@@ -172,6 +237,13 @@ def parse_args(argv: Sequence[str] | None = None) -> SimArgs:
         sim_jitter=ns.sim_jitter,
         sim_time_scale=ns.sim_time_scale,
         sim_slowdown=tuple(ns.sim_slowdown or ()),
+        sim_keepalive_timeout=ns.sim_keepalive_timeout,
+        sim_api=ns.sim_api,
+        sim_chat_template_overhead=ns.sim_chat_template_overhead,
+        enable_cache_report=ns.enable_cache_report,
+        disable_radix_cache=ns.disable_radix_cache or ns.enable_prefix_caching is False,
+        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
+        sim_keepalive_max_requests=ns.sim_keepalive_max_requests,
         unknown_args=tuple(unknown),
     )
     return SimArgs(

@@ -36,6 +36,9 @@ class ServerKnobs:
     skip_server_warmup: bool = False
     decode_log_interval: int = 40
     log_level: str = "info"
+    enable_cache_report: bool = False  # SGLang: cached tokens in OpenAI usage
+    disable_radix_cache: bool = False  # SGLang; vLLM's --no-enable-prefix-caching maps here
+    enable_prompt_tokens_details: bool = False  # vLLM: cached tokens in OpenAI usage
     # Simulator-only knobs (``--sim-*``); real SGLang has none of these.
     sim_profile: str | None = None  # profile name or path to a profile JSON file
     sim_seed: int = 0
@@ -47,4 +50,11 @@ class ServerKnobs:
     )
     # (lo, hi, factor): steps whose running batch size is in [lo, hi] take `factor` x longer.
     sim_slowdown: tuple[tuple[int, int, float], ...] = ()
+    # llama-server (cpp-httplib) keep-alive closing; None: aiohttp's defaults (see keepalive.py)
+    sim_keepalive_timeout: float | None = None
+    sim_api: str = "sglang"  # "sglang" or "vllm": whose HTTP routes and shapes are served
+    # (tokens per message, constant tokens) a chat template adds; Llama-3: header + eot, BOS +
+    # the assistant header
+    sim_chat_template_overhead: tuple[int, int] = (5, 5)
+    sim_keepalive_max_requests: int | None = None
     unknown_args: tuple[str, ...] = field(default_factory=tuple)

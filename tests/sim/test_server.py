@@ -17,7 +17,9 @@ import httpx
 import pytest
 
 from pytest_llmperf.sim.args import parse_args
-from pytest_llmperf.sim.server import FLUSH_TEXT, READY_LINE, SimServer, token_text
+from pytest_llmperf.sim.http_api import FLUSH_TEXT
+from pytest_llmperf.sim.server import READY_LINE, SimServer
+from pytest_llmperf.sim.wire import token_text
 
 from .conftest import FakeEngine, ServerThread, SimProcess, profile_args, sse_json
 
@@ -208,7 +210,8 @@ def test_chat_stream_role_deltas_finish_usage(make_server: MakeServer) -> None:
     assert finish["choices"][0]["finish_reason"] == "length"
     assert finish["choices"][0]["delta"]["content"] is None
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 3
-    assert usage["usage"]["prompt_tokens"] == 3
+    # 3 content words + the default Llama-3-style template: 5 per message + 5
+    assert usage["usage"]["prompt_tokens"] == 3 + 5 + 5
     assert all(e["object"] == "chat.completion.chunk" for e in events)
 
 
@@ -223,7 +226,8 @@ def test_chat_non_stream(make_server: MakeServer) -> None:
         "reasoning_content": None,
         "tool_calls": None,
     }
-    assert out["usage"]["completion_tokens"] == 5 and out["usage"]["total_tokens"] == 6
+    # 1 content word + 5 template tokens for the message + 5 constant, + 5 generated
+    assert out["usage"]["completion_tokens"] == 5 and out["usage"]["total_tokens"] == 16
 
 
 def test_openai_requires_json_content_type(make_server: MakeServer) -> None:

@@ -1,0 +1,307 @@
+"""Prometheus metrics with SGLang's ``sglang:*`` names, in a private registry per server."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_llmperf.sim.server import SimServer
+    from pytest_llmperf.sim.wire import Gen
+
+
+class SglangMetrics:
+    """Prometheus metrics with SGLang's names, in a private registry (one per server)."""
+
+    def __init__(self, server: SimServer) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.server = server
+        self.registry = CollectorRegistry(auto_describe=True)
+        model = server.served_model_name
+        glabels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+        self._gvalues = [model, "unified", "0", "0", "0"]
+
+        def g(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, glabels, registry=self.registry, multiprocess_mode="mostrecent")
+
+        self.g_running = g("sglang:num_running_reqs", "The number of running requests.")
+        self.g_queue = g("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
+        self.g_used = g("sglang:num_used_tokens", "The number of used tokens.")
+        self.g_usage = g("sglang:token_usage", "The token usage.")
+        self.g_thr = g("sglang:gen_throughput", "The generation throughput (token/s).")
+        self.g_hit = g("sglang:cache_hit_rate", "The prefix cache hit rate.")
+        self.g_max = g(
+            "sglang:max_total_num_tokens", "Maximum total number of tokens in the KV pool."
+        )
+        self.g_acc_len = g(
+            "sglang:spec_accept_length", "The average acceptance length of speculative decoding."
+        )
+        self.g_acc_rate = g(
+            "sglang:spec_accept_rate", "The average acceptance rate of speculative decoding."
+        )
+        self.g_retract = g("sglang:num_retracted_reqs", "The number of retracted requests.")
+        self.g_graph = g("sglang:is_cuda_graph", "Whether the batch is using CUDA graph.")
+        lab = ["model_name"]
+        self.prompt_tokens = Counter(
+            "sglang:prompt_tokens",
+            "Number of prefill tokens processed.",
+            lab,
+            registry=self.registry,
+        ).labels(model)
+        self.gen_tokens = Counter(
+            "sglang:generation_tokens",
+            "Number of generation tokens processed.",
+            lab,
+            registry=self.registry,
+        ).labels(model)
+        self.cached_tokens = Counter(
+            "sglang:cached_tokens", "Number of cached prompt tokens.", lab, registry=self.registry
+        ).labels(model)
+        self.requests = Counter(
+            "sglang:num_requests", "Number of requests processed.", lab, registry=self.registry
+        ).labels(model)
+        self.aborted = Counter(
+            "sglang:num_aborted_requests",
+            "Number of requests aborted.",
+            lab,
+            registry=self.registry,
+        ).labels(model)
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            lab,
+            registry=self.registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160),
+        ).labels(model)
+        self.itl = Histogram(
+            "sglang:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            lab,
+            registry=self.registry,
+            buckets=(
+                0.002,
+                0.004,
+                0.006,
+                0.008,
+                0.01,
+                0.015,
+                0.02,
+                0.025,
+                0.03,
+                0.035,
+                0.04,
+                0.06,
+                0.08,
+                0.1,
+                0.2,
+                0.4,
+                0.6,
+                0.8,
+                1.0,
+                2.0,
+            ),
+        ).labels(model)
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            lab,
+            registry=self.registry,
+            buckets=(0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400),
+        ).labels(model)
+
+    def on_cached(self, cached: int, prompt_len: int) -> None:
+        self.cached_tokens.inc(cached)
+
+    def on_finish(self, gen: Gen) -> None:
+        self.requests.inc()
+        self.prompt_tokens.inc(gen.prompt_len)
+        self.gen_tokens.inc(gen.n)
+        self.e2e.observe(gen.t_last - gen.t_start)
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        server = self.server
+        s = server.engine.stats()
+        v = self._gvalues
+        self.g_running.labels(*v).set(s.num_running)
+        self.g_queue.labels(*v).set(s.num_queued)
+        self.g_used.labels(*v).set(s.used_kv_tokens)
+        self.g_usage.labels(*v).set(
+            s.used_kv_tokens / s.max_total_num_tokens if s.max_total_num_tokens else 0.0
+        )
+        self.g_thr.labels(*v).set(s.last_gen_throughput)
+        pc = server.prefix_cache
+        self.g_hit.labels(*v).set(pc.hits / pc.queries if pc is not None and pc.queries else 0.0)
+        self.g_max.labels(*v).set(s.max_total_num_tokens)
+        self.g_retract.labels(*v).set(0)
+        self.g_graph.labels(*v).set(0 if server.knobs.disable_cuda_graph else 1)
+        if server.spec_on:
+            acc = s.avg_spec_accept_length or 0.0
+            self.g_acc_len.labels(*v).set(acc)
+            self.g_acc_rate.labels(*v).set(
+                max(0.0, acc - 1.0) / max(1, server.spec_draft_tokens - 1)
+            )
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class VllmMetrics:
+    """A few of vLLM's ``vllm:*`` metrics (V1 engine names), labelled model_name/engine."""
+
+    def __init__(self, server: SimServer) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.server = server
+        self.registry = CollectorRegistry(auto_describe=True)
+        lab = ["model_name", "engine"]
+        vals = (server.served_model_name, "0")
+        reg = self.registry
+        self.g_running = Gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.g_waiting = Gauge(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.g_kv = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", lab, registry=reg
+        ).labels(*vals)
+        self.gen_tokens = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", lab, registry=reg
+        ).labels(*vals)
+        self.pc_queries = Counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.pc_hits = Counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            lab,
+            registry=reg,
+        ).labels(*vals)
+        self.success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*lab, "finished_reason"],
+            registry=reg,
+        )
+        self.aborted = self.success.labels(*vals, "abort")
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            lab,
+            registry=reg,
+            buckets=(
+                0.001,
+                0.005,
+                0.01,
+                0.02,
+                0.04,
+                0.06,
+                0.08,
+                0.1,
+                0.25,
+                0.5,
+                0.75,
+                1.0,
+                2.5,
+                5.0,
+                7.5,
+                10.0,
+                20.0,
+                40.0,
+                80.0,
+                160.0,
+                640.0,
+                2560.0,
+            ),
+        ).labels(*vals)
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            lab,
+            registry=reg,
+            buckets=(
+                0.01,
+                0.025,
+                0.05,
+                0.075,
+                0.1,
+                0.15,
+                0.2,
+                0.3,
+                0.4,
+                0.5,
+                0.75,
+                1.0,
+                2.5,
+                5.0,
+                7.5,
+                10.0,
+                20.0,
+                40.0,
+                80.0,
+            ),
+        ).labels(*vals)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            lab,
+            registry=reg,
+            buckets=(
+                0.3,
+                0.5,
+                0.8,
+                1.0,
+                1.5,
+                2.0,
+                2.5,
+                5.0,
+                10.0,
+                15.0,
+                20.0,
+                30.0,
+                40.0,
+                50.0,
+                60.0,
+                120.0,
+                240.0,
+                480.0,
+                960.0,
+                1920.0,
+                7680.0,
+            ),
+        ).labels(*vals)
+        self._vals = vals
+
+    def on_cached(self, cached: int, prompt_len: int) -> None:
+        self.pc_hits.inc(cached)
+        self.pc_queries.inc(prompt_len)
+
+    def on_finish(self, gen: Gen) -> None:
+        self.success.labels(*self._vals, "length").inc()
+        self.prompt_tokens.inc(gen.prompt_len)
+        self.gen_tokens.inc(gen.n)
+        self.e2e.observe(gen.t_last - gen.t_start)
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        s = self.server.engine.stats()
+        self.g_running.set(s.num_running)
+        self.g_waiting.set(s.num_queued)
+        self.g_kv.set(s.used_kv_tokens / s.max_total_num_tokens if s.max_total_num_tokens else 0.0)
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
