@@ -19,7 +19,7 @@ from pytest_llmperf.sim.bodies import json_response
 from pytest_llmperf.sim.generation import GenerationRoutes
 
 if TYPE_CHECKING:
-    from pytest_llmperf.sim.server import SimServer
+    pass
 
 # A plausible SGLang release; /server_info also says "simulated": true so nobody is fooled.
 SGLANG_VERSION = "0.5.9"
@@ -27,15 +27,6 @@ FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
     "waiting requests, the operation will not be performed.)\n"
 )
-
-
-def build_app(server: SimServer) -> web.Application:
-    """The aiohttp application serving ``server``'s API (SGLang's, or vLLM's)."""
-    if server.api == "vllm":
-        from pytest_llmperf.sim.vllm_api import VllmApi
-
-        return VllmApi(server).build_app()
-    return SglangApi(server).build_app()
 
 
 def _const_eq(a: str, b: str) -> bool:

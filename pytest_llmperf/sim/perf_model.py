@@ -14,6 +14,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.profile import Profile, load_profile
 
@@ -36,7 +37,7 @@ SPEC_DRAFT_ADJUST_WARNING = (
 )
 
 
-class SimConfigError(ValueError):
+class SimConfigError(InputError):
     """The flags and the profile do not make a server SGLang would start."""
 
 

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pytest_llmperf.base.errors import InputError
+
 PROFILE_SCHEMA_VERSION = 1
 PROFILES_DIR = Path(__file__).parent / "profiles"
 # Used when no profile is named: fast enough for a full plain+MTP sweep in about a minute.
@@ -133,7 +135,7 @@ class Profile(_Strict):
     )
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError):
     """A profile could not be found or is invalid; the message names the file and field."""
 
 

@@ -19,10 +19,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from pytest_llmperf.sim.app import build_app
 from pytest_llmperf.sim.bodies import Prompt, RequestError
 from pytest_llmperf.sim.engine_api import Engine, SimRequest, TokenEvent
 from pytest_llmperf.sim.faults import Faults
-from pytest_llmperf.sim.http_api import build_app
 from pytest_llmperf.sim.keepalive import KeepAlivePolicy
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.logfmt import get_logger
