@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import SecretStr
+
 from pytest_llmperf.base.metric_defs import METRICS
 
 
@@ -153,3 +155,17 @@ def parse_choice(*choices: str) -> Callable[[Any], str]:
         return value
 
     return parse
+
+
+def parse_secret(text: Any) -> SecretStr:
+    """A secret (an API key): kept in a ``SecretStr`` whose repr and str are masked, so it
+    never reaches a test report, a JUnit file or a traceback's locals."""
+    value = text.get_secret_value() if isinstance(text, SecretStr) else str(text).strip()
+    if not value:
+        raise ValueError("must not be empty")
+    return SecretStr(value)
+
+
+def reveal(secret: SecretStr | str | None) -> str | None:
+    """The plain value, for the one place that needs it (an Authorization header)."""
+    return secret.get_secret_value() if isinstance(secret, SecretStr) else secret

@@ -42,18 +42,23 @@ LEVEL_HEADERS = (
     "notes",
 )
 _MASK = "***"
+# A secret is named by its key's last word (``api_key``, ``hf_token``, ``--admin-api-key``), never
+# by a word inside it: ``max_total_num_tokens`` and ``--speculative-num-draft-tokens`` are counts.
+# A value of digits alone is a count too ("#token: 12" in a server log), never a key.
+_SECRET_WORD = r"(?:api[-_]?key|token|secret|password)"
 _SECRET_PATTERNS = [
     (re.compile(r"(?i)\b(bearer)\s+[^\s'\",]+"), rf"\1 {_MASK}"),
-    (re.compile(r"(?i)(--api[-_]key)(\s*=\s*|\s+)[^\s'\",]+"), rf"\1\2{_MASK}"),
+    (re.compile(r"(?i)(--(?:[a-z0-9]+[-_])*api[-_]key)(\s*=\s*|\s+)[^\s'\",]+"), rf"\1\2{_MASK}"),
     (
         re.compile(
-            r"(?i)([\"']?(?:api[-_]?key|token|secret|password)[\"']?\s*[:=]\s*)[\"']?[^\s'\",}]+[\"']?"
+            rf"(?i)((?<![\w-])[\"']?(?:[a-z0-9]+[-_])*{_SECRET_WORD}[\"']?\s*[:=]\s*)"
+            r"(?![\"']?\d+[\"']?(?:[\s,}]|$))[\"']?[^\s'\",}]+[\"']?"
         ),
         rf"\1{_MASK}",
     ),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), _MASK),
 ]
-_SECRET_KEY = re.compile(r"(?i)(api[-_]?key|token|secret|password|authorization)")
+_SECRET_KEY = re.compile(rf"(?i)^-*(?:[a-z0-9]+[-_])*(?:{_SECRET_WORD}|authorization)$")
 
 
 def redact(text: str) -> str:

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from pydantic import SecretStr
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.values import reveal
 from pytest_llmperf.core.server_probe import get_server_info, server_facts
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.sweep import Progress, run_in_own_loop, run_level
@@ -96,7 +98,7 @@ class PerfRun:
     suite: Suite
     output_dir: Path
     url: str | None = None
-    api_key: str | None = None
+    api_key: SecretStr | None = None  # masked in repr: a PerfRun lands in test reports
     simulate: bool = False
     require_real: bool = False
     sim_profile: str | None = None
@@ -106,11 +108,14 @@ class PerfRun:
     details: bool = False
     scrape_metrics: bool = False
     progress: Callable[[str, Progress], None] | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
+    # The environment holds secrets (LLMPERF_API_KEY, HF tokens): never in a repr.
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     slo: Slo | None = None  # goodput is computed per level when set
-    _states: dict[str, _ConfigState] = field(default_factory=dict)
-    _samples: dict[tuple[str, Workload, int], list[LevelResult]] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _states: dict[str, _ConfigState] = field(default_factory=dict, repr=False)
+    _samples: dict[tuple[str, Workload, int], list[LevelResult]] = field(
+        default_factory=dict, repr=False
+    )
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _gpu_names: list[str] | None = None
 
     def __post_init__(self) -> None:
@@ -187,7 +192,7 @@ class PerfRun:
                 if mode == "attached":
                     url = self.url_for(config)
                     assert url is not None
-                    handle = attach(url, api_key=self.api_key)
+                    handle = attach(url, api_key=reveal(self.api_key))
                 else:
                     self.stop_all()  # one launched server at a time per worker
                     index = gpus.worker_index(self.env)

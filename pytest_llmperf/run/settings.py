@@ -22,6 +22,7 @@ from pytest_llmperf.base.values import (
     parse_nonneg_int,
     parse_positive_float,
     parse_positive_int,
+    parse_secret,
     parse_str,
     parse_tolerances,
 )
@@ -77,7 +78,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "api_key",
-        parse_str,
+        parse_secret,
         None,
         "API key for an attached server (prefer the env var LLMPERF_API_KEY)",
         cli=True,

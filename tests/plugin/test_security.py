@@ -214,3 +214,30 @@ def test_reports_and_logs_stay_in_the_configured_directories(
     assert len(list((out / "logs").glob("*.log"))) == 2
     assert list((out / "plots").glob("*.png"))
     assert not (tmp_path.parent / "escape").exists()
+
+
+FAILING_ASSERTIONS = """
+def test_sweep(llmperf_point):
+    assert llmperf_point.result.failed == 1, llmperf_point  # fails: shows the point's repr
+
+
+def test_run(llmperf_run):
+    assert llmperf_run is None  # fails: shows the run's repr
+"""
+
+
+def test_api_key_absent_after_failing_assertions_with_vv(
+    two: pytest.Pytester, secured_server: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's failing assertion prints the point and the run (``-vv``, ``-l``) and writes them
+    to JUnit XML: the key must be masked in their repr, and in every file written."""
+    url, key = secured_server
+    monkeypatch.setenv("LLMPERF_API_KEY", key)
+    two.makepyfile(test_perf=FAILING_ASSERTIONS)
+    junit = two.path / "junit.xml"
+    result = run(two, "-vv", "-l", "--llmperf-url", url, f"--junitxml={junit}")
+    result.assert_outcomes(failed=3)  # two points and the run
+    out = result.stdout.str()
+    assert "PerfRun(" in out and "api_key=SecretStr('**********')" in out  # the repr was shown
+    assert junit.is_file()
+    assert_absent(key, result, two.path)
