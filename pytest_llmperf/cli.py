@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from tabulate import tabulate
-
-from pytest_llmperf.base.results import LevelResult, Mode, SweepResult, Workload
+from pytest_llmperf.base.results import Mode, SweepResult, Workload
 from pytest_llmperf.base.values import parse_levels, parse_positive_float, parse_positive_int
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
+from pytest_llmperf.report.tables import level_table
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the sweep ran but requests failed, or the server could not be reached
@@ -141,52 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- output ------------------------------------------------------------------------------------
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def level_row(lv: LevelResult) -> list[object]:
-    ok = f"{lv.completed}" if lv.failed == 0 else f"{lv.completed}/{lv.num_requests}"
-    notes = list(lv.notes)
-    if lv.failed and lv.errors:
-        notes.append(f"errors: {lv.errors[0]}")
-    return [
-        lv.max_concurrency,
-        f"{lv.output_throughput:.1f}",
-        f"{lv.per_request_throughput:.1f}",
-        lv.total_output_tokens,
-        f"{lv.duration:.1f}",
-        ok,
-        f"{_ms(lv.median_ttft_ms)}/{_ms(lv.p99_ttft_ms)}",
-        _ms(lv.median_itl_ms),
-        _ms(lv.median_tpot_ms),
-        "-" if lv.accept_length is None else f"{lv.accept_length:.2f}",
-        "; ".join(notes),
-    ]
-
-
-TABLE_HEADERS = [
-    "C",
-    "Agg tok/s",
-    "Per-req tok/s",
-    "Tokens",
-    "Wall(s)",
-    "Ok",
-    "TTFT p50/p99 (ms)",
-    "ITL p50 (ms)",
-    "TPOT p50 (ms)",
-    "Accept len",
-    "Notes",
-]
-
-
 def format_table(result: SweepResult) -> str:
-    """The seed scripts' table, plus latency columns and notes."""
-    rows = [level_row(lv) for lv in result.levels]
-    align = ("right",) * (len(TABLE_HEADERS) - 1) + ("left",)
-    return tabulate(
-        rows, headers=TABLE_HEADERS, tablefmt="github", disable_numparse=True, colalign=align
-    )
+    """The seed scripts' table: the same columns and notes as the pytest summary's."""
+    return level_table(result, tablefmt="github")
 
 
 class _ProgressLine:

@@ -74,25 +74,22 @@ class GateCheck(checks.GateCheck):
         enact(_call(self.judge))
 
 
-class CrossoverCheck(checks.CrossoverCheck):
+class _SweepAsserts:
+    """``.measure()`` and ``.assert_baseline()`` for a whole-sweep check (crossover, SLO)."""
+
+    def measure(self) -> int:
+        __tracebackhide__ = True
+        return _call(super().measure)  # type: ignore[misc]
+
+    def assert_baseline(self) -> None:
+        """Fail when the number fell below its baseline; warn when it rose (stale)."""
+        __tracebackhide__ = True
+        enact(_call(self.judge))  # type: ignore[attr-defined]
+
+
+class CrossoverCheck(_SweepAsserts, checks.CrossoverCheck):
     """The largest C where a config still beats its reference: ``.assert_baseline()``."""
 
-    def measure(self) -> int:
-        __tracebackhide__ = True
-        return _call(super().measure)
 
-    def assert_baseline(self) -> None:
-        __tracebackhide__ = True
-        enact(_call(self.judge))
-
-
-class SloCheck(checks.SloCheck):
+class SloCheck(_SweepAsserts, checks.SloCheck):
     """The largest swept C within the suite's SLO: ``.assert_baseline()``."""
-
-    def measure(self) -> int:
-        __tracebackhide__ = True
-        return _call(super().measure)
-
-    def assert_baseline(self) -> None:
-        __tracebackhide__ = True
-        enact(_call(self.judge))

@@ -127,6 +127,8 @@ def _verdict(point: PointComparison | None) -> str:
 
 def _notes(level: LevelResult, point: PointComparison | None) -> str:
     notes = [n for n in explain(level) if not n.startswith("accept length")]
+    if level.failed and level.errors:
+        notes.append(f"{level.failed} failed, first: {level.errors[0]}")
     if point is not None:
         notes.extend(point.invalid_reasons)
         notes.extend(

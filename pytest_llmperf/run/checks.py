@@ -134,15 +134,18 @@ class PointCheck:
     def compare(self) -> PointComparison:
         """Compare with the baseline, re-measuring an inconclusive point up to ``max_reruns``."""
         entry = self.store.get(self.key)
-        tol = self.tolerances or None
-        pc = compare_point(
-            self.config,
-            self.samples,
-            entry,
-            workload=self.workload,
-            metrics=self.metrics,
-            tolerances=tol,
-        )
+
+        def judge() -> PointComparison:
+            return compare_point(
+                self.config,
+                self.samples,
+                entry,
+                workload=self.workload,
+                metrics=self.metrics,
+                tolerances=self.tolerances or None,
+            )
+
+        pc = judge()
         for _ in range(self.max_reruns):
             if pc.verdict != Verdict.INCONCLUSIVE or self.update:
                 break
@@ -151,14 +154,7 @@ class PointCheck:
             except PointError:
                 break
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
-            pc = compare_point(
-                self.config,
-                self.samples,
-                entry,
-                workload=self.workload,
-                metrics=self.metrics,
-                tolerances=tol,
-            )
+            pc = judge()
         self.comparison = pc
         return pc
 

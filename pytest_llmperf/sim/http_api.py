@@ -36,11 +36,15 @@ def _const_eq(a: str, b: str) -> bool:
 class SglangApi(GenerationRoutes):
     """SGLang's routes over one ``SimServer``."""
 
-    def build_app(self) -> web.Application:
+    def new_app(self) -> web.Application:
+        """An empty app with the error bodies and, with ``--api-key``, the key check."""
         middlewares = [self._errors_middleware]
         if self.server.knobs.api_key:
             middlewares.append(self._auth_middleware)
-        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024**2)
+        return web.Application(middlewares=middlewares, client_max_size=64 * 1024**2)
+
+    def build_app(self) -> web.Application:
+        app = self.new_app()
         r = app.router
         for path in ("/health", "/health_generate"):
             r.add_get(path, self.health)

@@ -28,10 +28,7 @@ class VllmApi(SglangApi):
     """vLLM's routes over one ``SimServer``; generation is shared with the SGLang front."""
 
     def build_app(self) -> web.Application:
-        middlewares = [self._errors_middleware]
-        if self.server.knobs.api_key:
-            middlewares.append(self._auth_middleware)
-        app = web.Application(middlewares=middlewares, client_max_size=64 * 1024**2)
+        app = self.new_app()
         r = app.router
         r.add_get("/health", self.health)
         r.add_get("/v1/models", self.v1_models)
