@@ -170,7 +170,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if hasattr(config, "workerinput"):
         return
     llm = config.stash.get(SESSION, None)
-    if llm is None or not (llm.sweeps or llm.gates or llm.sweep_checks):
+    if llm is None or not (llm.sweeps or llm.gates or llm.sweep_checks or llm.unmeasured):
         return
     terminalreporter.write_sep("=", "llmperf")
     for line in llm.summary_lines():

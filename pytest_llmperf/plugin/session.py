@@ -86,6 +86,7 @@ class LLMPerfSession:
     generated: dict[tuple[Path, str], int] = field(default_factory=dict)
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)
     baseline_lines: list[str] = field(default_factory=list)
+    unmeasured: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> LLMPerfSession:
@@ -348,6 +349,19 @@ class LLMPerfSession:
         if self.run is not None:
             self.run.close()
             self.sweeps = self.run.all_sweeps()
+            self.unmeasured = self.run.unmeasured()
+
+    def bisect_status(self, session: pytest.Session) -> int:
+        """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did
+        not start, a level was invalid), 1 on a regression or any failed test, else 0."""
+        from pytest_llmperf.verdicts.compare import Verdict
+
+        if self.unmeasured or self.invalid:
+            return 125
+        verdicts = [p.verdict for ps in self.points.values() for p in ps]
+        verdicts += [g.verdict for g in self.gates]
+        failed = Verdict.FAIL in verdicts or any(r.verdict == "fail" for r in self.sweep_checks)
+        return 1 if failed or session.testsfailed else 0
 
     # -- the end of the session --------------------------------------------------------------
     def header_lines(self, config: pytest.Config) -> list[str] | None:
@@ -391,7 +405,13 @@ class LLMPerfSession:
         return lines
 
     def finish(self, session: pytest.Session) -> None:
-        """Write results, flush baselines once, and decide the exit status for unused entries."""
+        """Write results, flush baselines once, and decide the exit status."""
+        self._write_and_flush(session)
+        if self.settings["bisect"]:
+            session.exitstatus = self.bisect_status(session)
+
+    def _write_and_flush(self, session: pytest.Session) -> None:
+        """Write results, flush baselines once, and fail the session on unused entries."""
         from pytest_llmperf.report.tables import markdown_summary
         from pytest_llmperf.verdicts.baseline import BaselineFileError
 
@@ -488,6 +508,7 @@ class LLMPerfSession:
         for r in self.sweep_checks:
             lines.append(f"{r.label}: C={r.value} (baseline {r.baseline}) {r.verdict}")
         lines += [f"INVALID: {line}" for line in self.invalid]
+        lines += [f"NOT MEASURED: {c}: {why}" for c, why in self.unmeasured.items()]
         lines += [f"baselines: {line}" for line in self.baseline_lines]
         lines.append(f"results: {self.output_dir / 'results.json'}")
         if self.settings["plots"]:

@@ -25,6 +25,7 @@ def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
         "gates": state.gates,
         "sweep_checks": state.sweep_checks,
         "invalid": state.invalid,
+        "unmeasured": state.unmeasured,
         "store": state.store.to_dict() if state.has_store else None,
     }
     return {"pickle": base64.b64encode(pickle.dumps(body)).decode("ascii")}
@@ -43,6 +44,7 @@ def merge_payloads(state: LLMPerfSession) -> None:
         state.gates.extend(body["gates"])
         state.sweep_checks.extend(body["sweep_checks"])
         state.invalid.extend(body["invalid"])
+        state.unmeasured.update(body["unmeasured"])
         if body["store"] is not None:
             if not state.has_store:
                 state._store = BaselineStore.from_dict(body["store"])

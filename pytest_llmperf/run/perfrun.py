@@ -323,6 +323,10 @@ class PerfRun:
         facts = self.facts(config) or ServerFacts(mode=self.mode_for(config))
         return SweepResult(config=config, server=facts, workload=workload, levels=levels)
 
+    def unmeasured(self) -> dict[str, str]:
+        """Configs that could not be measured (server did not start, or died): why."""
+        return {c: s.error for c, s in sorted(self._states.items()) if s.error}
+
     def all_sweeps(self) -> list[SweepResult]:
         keys = sorted({(c, w) for (c, w, _) in self._samples}, key=lambda k: (k[0], k[1].key()))
         return [self.sweep(c, w) for c, w in keys]

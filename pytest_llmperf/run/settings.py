@@ -228,6 +228,14 @@ SETTINGS: tuple[Setting, ...] = (
         "details", parse_bool, False, "keep per-request details in the results JSON", flag=True
     ),
     Setting(
+        "bisect",
+        parse_bool,
+        False,
+        "exit status for `git bisect run`: 0 no regression, 1 regression, 125 cannot measure "
+        "(a server did not start or a level was invalid)",
+        flag=True,
+    ),
+    Setting(
         "scrape_metrics",
         parse_bool,
         False,

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from pytest_llmperf.sim.args import parse_args
+
 from .conftest import profile_args, sse_json
 
 MakeServer = Callable[..., Any]
