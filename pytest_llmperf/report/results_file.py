@@ -19,14 +19,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
-from pytest_llmperf.verdicts.baseline import (
-    BaselineStore,
-    Provenance,
-    atomic_write_text,
-    check_name,
-)
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
     PointComparison,
     compare_sweep,
@@ -256,7 +253,7 @@ def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     """Known errors become one readable message and exit status 2 (usage), not a traceback."""
 
     def run(args: argparse.Namespace) -> int:
-        from pytest_llmperf.verdicts.baseline import BaselineFileError
+        from pytest_llmperf.verdicts.baseline_file import BaselineFileError
         from pytest_llmperf.verdicts.gates import GateError
 
         try:

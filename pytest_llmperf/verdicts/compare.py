@@ -19,7 +19,8 @@ from enum import StrEnum
 
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.verdicts.baseline import BaselineEntry, BaselineStore, EntryKey, MetricSummary
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, MetricSummary
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmperf.verdicts.baseline import BaselineEntry, MetricSummary, summarize
+from pytest_llmperf.verdicts.baseline import summarize
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, MetricSummary
 from pytest_llmperf.verdicts.compare import (
     ToleranceError,
     Verdict,
