@@ -161,8 +161,16 @@ class SweepResult(_Model):
     server: ServerFacts
     workload: Workload
     levels: list[LevelResult] = Field(default_factory=list)
+    # Further samples of a level (``repeat`` and re-runs of inconclusive points), by C, in
+    # measurement order; ``levels`` holds the first sample of each. Verdicts use them all.
+    repeats: dict[int, list[LevelResult]] = Field(default_factory=dict)
     started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     plugin_version: str = __version__
 
     def level(self, concurrency: int) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.max_concurrency == concurrency), None)
+
+    def samples(self, concurrency: int) -> list[LevelResult]:
+        """Every sample of a level: the first (in ``levels``), then its repeats."""
+        first = self.level(concurrency)
+        return [] if first is None else [first, *self.repeats.get(concurrency, [])]

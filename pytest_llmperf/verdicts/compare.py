@@ -360,7 +360,8 @@ def compare_sweep(
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
 ) -> list[PointComparison]:
-    """Every level of a sweep against the store (used by ``llmperf compare`` and the plugin)."""
+    """Every level of a sweep against the store, each on all of its samples (``repeats``
+    included), exactly as the plugin's point check judges it (``llmperf compare``)."""
     out = []
     wl = sweep.workload.key()
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
@@ -368,7 +369,7 @@ def compare_sweep(
         out.append(
             compare_point(
                 sweep.config,
-                lv,
+                sweep.samples(lv.max_concurrency),
                 entry,
                 workload=sweep.workload,
                 metrics=metrics,
