@@ -6,7 +6,8 @@ problem that a reviewer can paste into a PR, with the server's own explanation (
 its running-request cap, accept length, notes) appended as the "why".
 
 Tolerance precedence, most specific first: the test's override (marker / CLI) for that metric,
-the baseline entry's per-metric tolerance, the entry's tolerance, then the metric's default.
+the test's ``*`` override, the baseline entry's per-metric tolerance, the entry's tolerance,
+then the metric's default.
 """
 
 from __future__ import annotations
@@ -111,10 +112,13 @@ def resolve_tolerance(
     test: Mapping[str, float] | float | None = None,
     entry: BaselineEntry | None = None,
 ) -> float:
-    """Most specific wins: test override > entry metric > entry > default."""
+    """Most specific wins: test override (its metric, then its ``*``) > entry metric > entry >
+    default. ``*`` is what ``--llmperf-tolerance '*=10%'`` sets for every other metric."""
     if isinstance(test, Mapping):
         if name in test:
             return validate_tolerance(test[name], f"tolerance for {name}")
+        if "*" in test:
+            return validate_tolerance(test["*"], f"tolerance for {name} (from '*')")
     elif test is not None:
         return validate_tolerance(test, f"tolerance for {name}")
     if entry is not None:
