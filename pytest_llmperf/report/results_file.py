@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_llmperf.base.atomic import atomic_write_text
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
 from pytest_llmperf.verdicts.baseline import BaselineStore
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 
-class RunFileError(Exception):
+class RunFileError(LLMPerfError):
     """A results file is unreadable, invalid or conflicts with another; message for people."""
 
 

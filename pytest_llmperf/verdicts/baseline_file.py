@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from pytest_llmperf.base.atomic import atomic_write_text
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.metric_defs import METRICS, Direction
 from pytest_llmperf.base.version import __version__
 
@@ -63,7 +64,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+@=-]*$")
 _FIX_HINT = "re-record it with --llmperf-update (or `git checkout` the file)"
 
 
-class BaselineFileError(Exception):
+class BaselineFileError(LLMPerfError):
     """A baseline file is unreadable or invalid; the message names path, field, reason, fix."""
 
 

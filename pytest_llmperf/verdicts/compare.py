@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.baseline import BaselineStore
@@ -76,7 +77,7 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     return max(verdicts, key=_SEVERITY.__getitem__, default=Verdict.PASS)
 
 
-class ToleranceError(ValueError):
+class ToleranceError(InputError):
     """A tolerance that is not a fraction in (0, 1); the message names where it came from."""
 
 

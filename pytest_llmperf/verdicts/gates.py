@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import SweepResult
@@ -51,7 +52,7 @@ _CMP = re.compile(r"^C\s*(<=|>=|==|=|<|>)\s*(\d+)$", re.IGNORECASE)
 _IN = re.compile(r"^C\s+in\s+\[?\s*([\d\s,]+?)\s*\]?$", re.IGNORECASE)
 
 
-class GateError(ValueError):
+class GateError(InputError):
     """A gate definition is wrong; the message names the gate and the field."""
 
 
