@@ -124,9 +124,10 @@ def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     """``llmperf merge`` / ``llmperf compare``: results files from CI shards, judged exactly
     as an in-pytest run judges them (``pytest_llmperf.report.results_file``)."""
     from pytest_llmperf.report.results_file import add_compare_parser, add_merge_parser
+    from pytest_llmperf.run.compare_settings import compare_settings  # verdicts branch
 
     add_merge_parser(sub)
-    add_compare_parser(sub)
+    add_compare_parser(sub, suite_settings=compare_settings)  # verdicts branch: suite file
 
 
 def build_parser() -> argparse.ArgumentParser:

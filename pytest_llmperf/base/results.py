@@ -45,10 +45,22 @@ class Workload(_Model):
         return 4 if concurrency == 1 else 2 * concurrency
 
     def key(self) -> str:
-        """A short stable key used in baseline files and reports."""
+        """A short stable key used in baseline files and reports.
+
+        It names everything that changes the numbers (backend, lengths, requests per level,
+        request rate, seed, temperature); settings left at their defaults are omitted, so
+        ``sglang-in1000-out1000`` still means the default workload. ``request_timeout_s`` is
+        left out: it decides whether a request fails, not how fast it runs.
+        """
         k = f"{self.backend}-in{self.input_len}-out{self.output_len}"
+        if self.requests_per_level is not None:
+            k += f"-req{self.requests_per_level}"
         if self.request_rate is not None:
             k += f"-rate{self.request_rate:g}"
+        if self.seed != 0:
+            k += f"-seed{self.seed}"
+        if self.temperature != 0.0:
+            k += f"-temp{self.temperature:g}"
         return k
 
 
@@ -149,8 +161,16 @@ class SweepResult(_Model):
     server: ServerFacts
     workload: Workload
     levels: list[LevelResult] = Field(default_factory=list)
+    # Further samples of a level (``repeat`` and re-runs of inconclusive points), by C, in
+    # measurement order; ``levels`` holds the first sample of each. Verdicts use them all.
+    repeats: dict[int, list[LevelResult]] = Field(default_factory=dict)
     started_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     plugin_version: str = __version__
 
     def level(self, concurrency: int) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.max_concurrency == concurrency), None)
+
+    def samples(self, concurrency: int) -> list[LevelResult]:
+        """Every sample of a level: the first (in ``levels``), then its repeats."""
+        first = self.level(concurrency)
+        return [] if first is None else [first, *self.repeats.get(concurrency, [])]

@@ -3,8 +3,11 @@
 A CI matrix measures configs on different runners (or xdist shards); each writes a ``RunFile``.
 ``merge`` folds them into one, refusing two different measurements of the same point, and
 ``compare`` judges a run against a baselines directory with exactly the code path the pytest
-plugin uses (``compare_sweep``, ``evaluate_gates``, ``render_run``, ``exit_status``), so the
-table and the exit status are the same as in-pytest.
+plugin uses (``compare_point`` on every sample of a point, ``evaluate_gates``,
+``compare_crossover``, ``render_run``, ``exit_status``) and the suite file's tolerances, metrics,
+gates and crossovers, so the table and the exit status are the same as in-pytest. Reading the
+suite file belongs to ``run/`` (above this layer): the CLI hands a loader down
+(``add_compare_parser(..., suite_settings=...)``), which returns plain ``CompareSettings``.
 """
 
 from __future__ import annotations
@@ -14,36 +17,38 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
-from pytest_llmperf.verdicts.baseline import (
-    BaselineStore,
-    Provenance,
-    atomic_write_text,
-    check_name,
-)
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
     PointComparison,
     compare_sweep,
     exit_status,
     validate_tolerance,
 )
+from pytest_llmperf.verdicts.crossover import CrossoverRule, SweepMetricResult, compare_crossover
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gates, load_gates
 from pytest_llmperf.verdicts.stats import NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 __all__ = [
+    "CompareSettings",
     "RunFile",
+    "RunVerdicts",
     "RunFileError",
     "add_compare_parser",
     "add_merge_parser",
     "compare",
+    "judge_run",
     "load_run",
     "merge",
     "save_run",
@@ -121,40 +126,74 @@ def merge(paths: Sequence[str | os.PathLike[str]]) -> RunFile:
                 target = sweep.model_copy(update={"levels": []}, deep=True)
                 merged.sweeps.append(target)
             for lv in sweep.levels:
-                pk = (sweep.config, key, lv.max_concurrency)
-                existing = target.level(lv.max_concurrency)
-                if existing is not None:
-                    if existing == lv:
+                c = lv.max_concurrency
+                pk = (sweep.config, key, c)
+                existing = target.samples(c)
+                if existing:
+                    if existing == sweep.samples(c):
                         continue
                     raise RunFileError(
-                        f"conflicting results for {sweep.config} {key} C={lv.max_concurrency}: "
-                        f"{origin[pk]} has {existing.output_throughput:.1f} tok/s, {path} has "
-                        f"{lv.output_throughput:.1f} tok/s; merge only disjoint shards"
+                        f"conflicting results for {sweep.config} {key} C={c}: "
+                        f"{origin[pk]} has {_describe(existing)}, {path} has "
+                        f"{_describe(sweep.samples(c))}; merge only disjoint shards"
                     )
                 origin[pk] = path
                 target.levels.append(lv)
+                if sweep.repeats.get(c):
+                    target.repeats[c] = list(sweep.repeats[c])
             target.levels.sort(key=lambda lv: lv.max_concurrency)
+            target.repeats = dict(sorted(target.repeats.items()))
     return merged
 
 
-def compare(
+def _describe(samples: Sequence[Any]) -> str:
+    tput = ", ".join(f"{lv.output_throughput:.1f}" for lv in samples)
+    return f"{tput} tok/s" if len(samples) == 1 else f"{len(samples)} samples ({tput} tok/s)"
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """What the verdicts depend on besides the numbers: the suite file's ``[sweep]`` tolerance
+    and metrics, its gates and crossovers (plain values, so this layer never reads a suite)."""
+
+    tolerances: Mapping[str, float] | float | None = None
+    metrics: Sequence[str] | None = None
+    gates: Sequence[Gate] = ()
+    crossovers: Sequence[CrossoverRule] = ()
+
+
+@dataclass
+class RunVerdicts:
+    """Every verdict of a results file: points per config, gates, crossovers."""
+
+    points: dict[str, list[PointComparison]] = field(default_factory=dict)
+    gates: list[GateResult] = field(default_factory=list)
+    crossovers: list[SweepMetricResult] = field(default_factory=list)
+
+    def exit_status(self, *, fail_inconclusive: bool = False) -> int:
+        verdicts = [p.verdict for ps in self.points.values() for p in ps]
+        verdicts += [g.verdict for g in self.gates]
+        verdicts += [x.verdict for x in self.crossovers]
+        return exit_status(verdicts, fail_inconclusive=fail_inconclusive)
+
+
+def judge_run(
     run: RunFile,
     baseline_dir: str | os.PathLike[str],
     tolerances: Mapping[str, float] | float | None = None,
     gates: Sequence[Gate] = (),
     *,
     metrics: Sequence[str] | None = None,
+    crossovers: Sequence[CrossoverRule] = (),
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
-    fail_inconclusive: bool = False,
-    markdown: bool = False,
-) -> tuple[str, int]:
-    """(table text, exit status) exactly as the pytest plugin would report this run."""
+) -> RunVerdicts:
+    """Every point (on all of its samples), gate and crossover of ``run``, as pytest judges."""
     check_name(run.hardware, "hardware key")
     store = BaselineStore(baseline_dir)
-    points: dict[str, list[PointComparison]] = {}
+    out = RunVerdicts()
     for sweep in run.sweeps:
-        points.setdefault(sweep.config, []).extend(
+        out.points.setdefault(sweep.config, []).extend(
             compare_sweep(
                 sweep,
                 store,
@@ -165,14 +204,51 @@ def compare(
                 policy=policy,
             )
         )
-    gate_results: list[GateResult] = evaluate_gates(gates, run.sweeps, policy=policy)
+    out.gates = evaluate_gates(gates, run.sweeps, policy=policy)
+    for spec in crossovers:
+        out.crossovers.extend(compare_crossover(spec, run.sweeps, store, run.hardware))
+    return out
+
+
+def compare(
+    run: RunFile,
+    baseline_dir: str | os.PathLike[str],
+    tolerances: Mapping[str, float] | float | None = None,
+    gates: Sequence[Gate] = (),
+    *,
+    metrics: Sequence[str] | None = None,
+    crossovers: Sequence[CrossoverRule] = (),
+    rule: NoiseRule | None = None,
+    policy: ValidityPolicy | None = None,
+    fail_inconclusive: bool = False,
+    markdown: bool = False,
+) -> tuple[str, int]:
+    """(table text, exit status) exactly as the pytest plugin would report this run."""
+    v = judge_run(
+        run,
+        baseline_dir,
+        tolerances,
+        gates,
+        metrics=metrics,
+        crossovers=crossovers,
+        rule=rule,
+        policy=policy,
+    )
+    return render_verdicts(run, v, markdown=markdown), v.exit_status(
+        fail_inconclusive=fail_inconclusive
+    )
+
+
+def render_verdicts(run: RunFile, v: RunVerdicts, *, markdown: bool = False) -> str:
+    """The tables pytest's terminal summary prints, then one line per crossover as there."""
     if markdown:
-        text = markdown_summary(run.sweeps, points, gate_results)
+        text = markdown_summary(run.sweeps, v.points, v.gates)
     else:
-        text = render_run(run.sweeps, points, gate_results)
-    verdicts = [p.verdict for ps in points.values() for p in ps]
-    verdicts += [g.verdict for g in gate_results]
-    return text, exit_status(verdicts, fail_inconclusive=fail_inconclusive)
+        text = render_run(run.sweeps, v.points, v.gates)
+    if v.crossovers:
+        lines = [x.line() for x in v.crossovers] + [x.message for x in v.crossovers if x.message]
+        text += "\n".join(f"- {line}" if markdown else line for line in lines) + "\n"
+    return text
 
 
 # -- CLI ------------------------------------------------------------------------------------
@@ -189,13 +265,30 @@ def _load_structured(path: Path) -> Any:
     return json.loads(text)
 
 
-def _gates_from_file(path: Path) -> list[Gate]:
-    data = _load_structured(path)
+# Top-level tables that only a suite file (llmperf.toml) has; a gates file has none of them.
+_SUITE_KEYS = frozenset({"server", "sweep", "crossover", "slo"})
+SuiteSettingsLoader = Callable[[Path], CompareSettings]
+
+
+def _gates_from_data(data: Any, path: Path) -> list[Gate]:
     # A bare list, a "gates" list, or a suite file's [[gate]] tables (perf_tests/llmperf.toml).
     items = data.get("gates", data.get("gate", [])) if isinstance(data, Mapping) else data
     if not isinstance(items, list):
         raise RunFileError(f"{path}: expected a list of gates (or a 'gates' table/list)")
     return load_gates(items, source=str(path))
+
+
+def _settings_from_file(path: Path, suite_settings: SuiteSettingsLoader | None) -> CompareSettings:
+    """A suite file gives tolerances, metrics, gates and crossovers; a gates file only gates."""
+    data = _load_structured(path)
+    if isinstance(data, Mapping) and _SUITE_KEYS & set(data):
+        if suite_settings is None:
+            raise RunFileError(
+                f"--gates {path}: this is a suite file, but this program cannot read suite "
+                "files; run `llmperf compare` from the pytest-llmperf package"
+            )
+        return suite_settings(path)
+    return CompareSettings(gates=_gates_from_data(data, path))
 
 
 def _tolerances(args: argparse.Namespace) -> dict[str, float] | float | None:
@@ -226,38 +319,51 @@ def _run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_compare(args: argparse.Namespace) -> int:
+def _run_compare(
+    args: argparse.Namespace, suite_settings: SuiteSettingsLoader | None = None
+) -> int:
     run = load_run(args.run)
-    gates = _gates_from_file(Path(args.gates)) if args.gates else []
-    text, status = compare(
+    settings = (
+        _settings_from_file(Path(args.gates), suite_settings) if args.gates else CompareSettings()
+    )
+    # As in pytest, tolerances given on the command line replace the suite file's table.
+    flags = _tolerances(args)
+    metrics = _metrics(args.metrics) if args.metrics else settings.metrics
+    verdicts = judge_run(
         run,
         args.baselines,
-        _tolerances(args),
-        gates,
-        fail_inconclusive=args.fail_inconclusive,
+        flags if flags is not None else settings.tolerances,
+        settings.gates,
+        metrics=metrics,
+        crossovers=settings.crossovers,
         policy=ValidityPolicy(max_failed=args.max_failed),
     )
-    sys.stdout.write(text)
+    sys.stdout.write(render_verdicts(run, verdicts))
     if args.markdown:
-        md, _ = compare(
-            run,
-            args.baselines,
-            _tolerances(args),
-            gates,
-            fail_inconclusive=args.fail_inconclusive,
-            policy=ValidityPolicy(max_failed=args.max_failed),
-            markdown=True,
-        )
         with open(args.markdown, "a", encoding="utf-8") as f:  # GITHUB_STEP_SUMMARY appends
-            f.write(md)
-    return status
+            f.write(render_verdicts(run, verdicts, markdown=True))
+    return verdicts.exit_status(fail_inconclusive=args.fail_inconclusive)
+
+
+def _metrics(text: str) -> list[str]:
+    from pytest_llmperf.base.metric_defs import metric
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise RunFileError("--metrics: the list of metrics is empty")
+    for name in names:
+        try:
+            metric(name)
+        except (KeyError, ValueError) as exc:
+            raise RunFileError(f"--metrics: {exc.args[0]}") from None
+    return names
 
 
 def _guarded(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Known errors become one readable message and exit status 2 (usage), not a traceback."""
 
     def run(args: argparse.Namespace) -> int:
-        from pytest_llmperf.verdicts.baseline import BaselineFileError
+        from pytest_llmperf.verdicts.baseline_file import BaselineFileError
         from pytest_llmperf.verdicts.gates import GateError
 
         try:
@@ -283,8 +389,13 @@ def add_merge_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def add_compare_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``llmperf compare RUN --baselines DIR``; exit status as in-pytest."""
+def add_compare_parser(
+    subparsers: Any, suite_settings: SuiteSettingsLoader | None = None
+) -> argparse.ArgumentParser:
+    """Register ``llmperf compare RUN --baselines DIR``; exit status as in-pytest.
+
+    ``suite_settings`` reads a suite file given to ``--gates`` (``run.compare_settings``).
+    """
     p: argparse.ArgumentParser = subparsers.add_parser(
         "compare",
         help="judge a results file against stored baselines and gates",
@@ -300,7 +411,18 @@ def add_compare_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="METRIC=FRACTION",
         help="per-metric tolerance, repeatable (e.g. median_ttft_ms=0.15)",
     )
-    p.add_argument("--gates", metavar="FILE", help="TOML/YAML/JSON list of gates")
+    p.add_argument(
+        "--gates",
+        metavar="FILE",
+        help="TOML/YAML/JSON list of gates, or the suite file (llmperf.toml): then its [sweep] "
+        "tolerance and metrics and its [[crossover]]s apply too, as in pytest",
+    )
+    p.add_argument(
+        "--metrics",
+        metavar="A,B",
+        default=None,
+        help="metrics compared with the baseline (default: the suite file's, else pytest's)",
+    )
     p.add_argument("--max-failed", type=int, default=0, help="failed requests allowed per level")
     p.add_argument("--fail-inconclusive", action="store_true")
     p.add_argument(
@@ -309,5 +431,5 @@ def add_compare_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)",
     )
-    p.set_defaults(func=_guarded(_run_compare))
+    p.set_defaults(func=_guarded(lambda args: _run_compare(args, suite_settings)))
     return p

@@ -31,6 +31,7 @@ from pytest_llmperf.verdicts.baseline import (
     summarize,
 )
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
+from pytest_llmperf.verdicts.crossover import CrossoverRule, crossover_why, judge_sweep_metric
 from pytest_llmperf.verdicts.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
@@ -311,8 +312,7 @@ class SweepMetricCheck:
         """Fail when the number fell below its baseline; warn (stale) when it rose."""
         value = self.measure()
         entry = self.store.get(self.key)
-        summary = entry.metrics.get(self.metric_name) if entry else None
-        base = None if summary is None else int(summary.mean)
+        _, base = judge_sweep_metric(value, entry, self.metric_name)
         if self.on_properties is not None:
             self.on_properties(
                 [
@@ -393,27 +393,16 @@ class CrossoverCheck(SweepMetricCheck):
         )
 
     def why(self, value: int, base: int) -> str:
-        cfg, ref, metric = self._spec.config, self._spec.reference, self._spec.metric
-        first_loss = min((c for c in self.levels if c > value), default=None)
-        msg = (
-            f"{self._spec.label}: crossover concurrency fell from C={base} to C={value}: "
-            f"{cfg} no longer beats {ref} on {metric}"
+        spec = self._spec
+        rule = CrossoverRule(spec.config, spec.reference, spec.metric, spec.name)
+        return crossover_why(
+            rule,
+            value,
+            base,
+            self.levels,
+            self.run.sweep(spec.config, self.workload),
+            self.run.sweep(spec.reference, self.workload),
         )
-        if first_loss is not None:
-            a = self.run.sweep(cfg, self.workload).level(first_loss)
-            b = self.run.sweep(ref, self.workload).level(first_loss)
-            if a is not None and b is not None:
-                va, vb = a.metric_value(metric), b.metric_value(metric)
-                if va is not None and vb:
-                    msg += (
-                        f" at C={first_loss} ({va:.1f} vs {vb:.1f}, {100 * (va - vb) / vb:+.1f} %)"
-                    )
-                cap = a.server_max_running_requests
-                if cap is not None and first_loss > cap:
-                    msg += (
-                        f"; {cfg}'s server caps running requests at {cap} (C={first_loss} queues)"
-                    )
-        return msg
 
 
 @dataclass

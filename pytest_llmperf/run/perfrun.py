@@ -315,13 +315,17 @@ class PerfRun:
         return self.samples(config, workload, concurrency)
 
     def sweep(self, config: str, workload: Workload) -> SweepResult:
-        """The levels measured so far for ``config`` (first sample of each level)."""
-        levels = sorted(
-            (s[0] for (c, w, _), s in self._samples.items() if c == config and w == workload and s),
-            key=lambda lv: lv.max_concurrency,
-        )
+        """The levels measured so far for ``config``: the first sample of each level in
+        ``levels``, the others in ``repeats`` (results files keep every sample)."""
+        mine = {
+            cc: s for (c, w, cc), s in self._samples.items() if c == config and w == workload and s
+        }
+        levels = [mine[cc][0] for cc in sorted(mine)]
+        repeats = {cc: list(mine[cc][1:]) for cc in sorted(mine) if len(mine[cc]) > 1}
         facts = self.facts(config) or ServerFacts(mode=self.mode_for(config))
-        return SweepResult(config=config, server=facts, workload=workload, levels=levels)
+        return SweepResult(
+            config=config, server=facts, workload=workload, levels=levels, repeats=repeats
+        )
 
     def unmeasured(self) -> dict[str, str]:
         """Configs that could not be measured (server did not start, or died): why."""

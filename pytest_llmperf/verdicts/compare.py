@@ -6,7 +6,8 @@ problem that a reviewer can paste into a PR, with the server's own explanation (
 its running-request cap, accept length, notes) appended as the "why".
 
 Tolerance precedence, most specific first: the test's override (marker / CLI) for that metric,
-the baseline entry's per-metric tolerance, the entry's tolerance, then the metric's default.
+the test's ``*`` override, the baseline entry's per-metric tolerance, the entry's tolerance,
+then the metric's default.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from enum import StrEnum
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.verdicts.baseline import BaselineEntry, BaselineStore, EntryKey, MetricSummary
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, MetricSummary
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
@@ -111,10 +113,13 @@ def resolve_tolerance(
     test: Mapping[str, float] | float | None = None,
     entry: BaselineEntry | None = None,
 ) -> float:
-    """Most specific wins: test override > entry metric > entry > default."""
+    """Most specific wins: test override (its metric, then its ``*``) > entry metric > entry >
+    default. ``*`` is what ``--llmperf-tolerance '*=10%'`` sets for every other metric."""
     if isinstance(test, Mapping):
         if name in test:
             return validate_tolerance(test[name], f"tolerance for {name}")
+        if "*" in test:
+            return validate_tolerance(test["*"], f"tolerance for {name} (from '*')")
     elif test is not None:
         return validate_tolerance(test, f"tolerance for {name}")
     if entry is not None:
@@ -360,7 +365,8 @@ def compare_sweep(
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
 ) -> list[PointComparison]:
-    """Every level of a sweep against the store (used by ``llmperf compare`` and the plugin)."""
+    """Every level of a sweep against the store, each on all of its samples (``repeats``
+    included), exactly as the plugin's point check judges it (``llmperf compare``)."""
     out = []
     wl = sweep.workload.key()
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
@@ -368,7 +374,7 @@ def compare_sweep(
         out.append(
             compare_point(
                 sweep.config,
-                lv,
+                sweep.samples(lv.max_concurrency),
                 entry,
                 workload=sweep.workload,
                 metrics=metrics,

@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.verdicts.baseline import (
+from pytest_llmperf.verdicts.baseline import BaselineStore, entry_from_levels, summarize
+from pytest_llmperf.verdicts.baseline_file import (
     BaselineEntry,
     BaselineFileError,
-    BaselineStore,
     EntryKey,
     Provenance,
     baseline_path,
-    entry_from_levels,
     load_baseline_file,
-    summarize,
     write_baseline_file,
 )
 
@@ -168,7 +166,8 @@ def test_store_state_crosses_workers_as_plain_dicts(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent(
     """
     import sys
-    from pytest_llmperf.verdicts.baseline import BaselineEntry, summarize, write_baseline_file
+    from pytest_llmperf.verdicts.baseline import summarize
+    from pytest_llmperf.verdicts.baseline_file import BaselineEntry, write_baseline_file
     path, wl, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
     count = int(sys.argv[4])
     for i in range(count if count > 0 else 10**9):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmperf.verdicts.baseline import BaselineEntry, MetricSummary, summarize
+from pytest_llmperf.verdicts.baseline import summarize
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, MetricSummary
 from pytest_llmperf.verdicts.compare import (
     ToleranceError,
     Verdict,
@@ -112,6 +113,10 @@ def test_tolerance_precedence() -> None:
     assert resolve_tolerance("median_itl_ms", entry=entry) == 0.09
     assert resolve_tolerance("output_throughput", test=0.2, entry=entry) == 0.2
     assert resolve_tolerance("output_throughput", test={"median_itl_ms": 0.3}, entry=entry) == 0.07
+    # '*' (parse_tolerances accepts "*=10%") covers every metric the test does not name.
+    star = {"*": 0.3, "median_itl_ms": 0.2}
+    assert resolve_tolerance("output_throughput", test=star, entry=entry) == 0.3
+    assert resolve_tolerance("median_itl_ms", test=star, entry=entry) == 0.2
 
 
 def test_invalid_and_missing_points() -> None:

@@ -12,7 +12,8 @@ from pytest_llmperf.report.tables import (
     redact,
     redact_args,
 )
-from pytest_llmperf.verdicts.baseline import BaselineEntry, summarize
+from pytest_llmperf.verdicts.baseline import summarize
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry
 from pytest_llmperf.verdicts.compare import compare_point
 from pytest_llmperf.verdicts.gates import Gate, evaluate_gate
 

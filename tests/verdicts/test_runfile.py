@@ -7,20 +7,27 @@ from pathlib import Path
 
 import pytest
 
+from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.cli import main
 from pytest_llmperf.report.results_file import (
     RunFile,
     RunFileError,
     add_compare_parser,
     add_merge_parser,
     compare,
+    judge_run,
     load_run,
     merge,
     save_run,
 )
-from pytest_llmperf.verdicts.baseline import BaselineStore, EntryKey, entry_from_levels
+from pytest_llmperf.run.compare_settings import compare_settings
+from pytest_llmperf.verdicts.baseline import BaselineStore, entry_from_levels, summarize
+from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
+from pytest_llmperf.verdicts.compare import Verdict
+from pytest_llmperf.verdicts.crossover import CrossoverRule, crossover_why, judge_sweep_metric
 from pytest_llmperf.verdicts.gates import Gate
 
-from . import MTP, PLAIN, make_sweep
+from . import MTP, PLAIN, make_level, make_sweep
 
 HW = "sim:h100"
 
@@ -128,3 +135,119 @@ def test_cli_parsers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     )
     assert args.func(args) == 2
     assert "did you mean 0.05" in capsys.readouterr().err
+
+
+def _with_repeats(sweep: SweepResult, factor: float) -> SweepResult:
+    """A copy whose every level has two more samples, ``factor`` and ``factor**2`` times as fast."""
+    repeats = {}
+    for lv in sweep.levels:
+        repeats[lv.max_concurrency] = [
+            make_level(lv.max_concurrency, lv.output_throughput * factor**i) for i in (1, 2)
+        ]
+    return sweep.model_copy(update={"repeats": repeats})
+
+
+def test_results_file_keeps_every_sample_through_save_and_merge(tmp_path: Path) -> None:
+    sweep = _with_repeats(make_sweep("plain", PLAIN), 0.99)
+    save_run(RunFile(hardware=HW, sweeps=[sweep]), tmp_path / "a.json")
+    loaded = load_run(tmp_path / "a.json").sweep("plain")
+    assert loaded is not None and len(loaded.samples(64)) == 3
+    assert loaded.samples(64) == sweep.samples(64)
+    merged = merge([tmp_path / "a.json", tmp_path / "a.json"])
+    assert merged.sweeps[0].samples(64) == sweep.samples(64)
+    # The same point with other repeats is a conflict, named with every sample.
+    other = _with_repeats(make_sweep("plain", PLAIN), 0.9)
+    save_run(RunFile(hardware=HW, sweeps=[other]), tmp_path / "b.json")
+    with pytest.raises(RunFileError, match=r"C=1: .*a.json has 3 samples \(108.0, 106.9, 105.9"):
+        merge([tmp_path / "a.json", tmp_path / "b.json"])
+
+
+def test_compare_judges_all_samples(tmp_path: Path) -> None:
+    run = RunFile(hardware=HW, sweeps=[make_sweep("plain", PLAIN)])
+    _bless(tmp_path, run)
+    assert judge_run(run, tmp_path, 0.05).exit_status(fail_inconclusive=True) == 0
+    # The first sample as blessed, two re-runs ~20 % slower: no longer a clean pass.
+    noisy = run.model_copy(update={"sweeps": [_with_repeats(run.sweeps[0], 0.9)]})
+    verdicts = judge_run(noisy, tmp_path, 0.05)
+    (p64,) = [p for p in verdicts.points["plain"] if p.concurrency == 64]
+    assert p64.metrics[0].n_current == 3
+    assert p64.metrics[0].current == pytest.approx(2327 * (1 + 0.9 + 0.81) / 3)
+    assert p64.verdict == Verdict.INCONCLUSIVE
+    assert verdicts.exit_status() == 0
+    assert verdicts.exit_status(fail_inconclusive=True) == 1
+
+
+SUITE = """
+[[server]]
+name = "plain"
+model = "m"
+
+[[server]]
+name = "mtp"
+model = "m"
+
+[sweep]
+metrics = ["output_throughput"]
+tolerance = { output_throughput = "20%" }
+
+[[crossover]]
+config = "mtp"
+reference = "plain"
+"""
+
+
+def test_compare_reads_tolerance_metrics_and_crossover_from_the_suite_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = merge(_shards(tmp_path))
+    _bless(tmp_path / "b", run)
+    for lv in run.sweep("mtp").levels[2:]:  # type: ignore[union-attr]
+        lv.output_throughput *= 0.85  # 15 % slower: within the suite's 20 %, not the default 5 %
+    save_run(run, tmp_path / "slow.json")
+    suite = tmp_path / "llmperf.toml"
+    suite.write_text(SUITE)
+    base = ["compare", str(tmp_path / "slow.json"), "--baselines", str(tmp_path / "b")]
+    assert main(base) == 1
+    capsys.readouterr()
+    # The crossover has no baseline yet: MISSING, exactly as the pytest check.
+    assert main([*base, "--gates", str(suite)]) == 1
+    out = capsys.readouterr().out
+    assert "crossover mtp-vs-plain: C=16 (baseline None) missing" in out
+    settings = compare_settings(suite)
+    assert settings.metrics == ("output_throughput",)
+    assert settings.tolerances == {"output_throughput": 0.2}
+    store = BaselineStore(tmp_path / "b")
+    summary = summarize("crossover_concurrency", [16.0], reference="plain")
+    key = EntryKey(HW, "mtp", run.sweeps[0].workload.key(), SWEEP_LEVEL)
+    store.queue_update(key, BaselineEntry(metrics={"crossover_concurrency": summary}))
+    store.flush()
+    assert main([*base, "--gates", str(suite)]) == 0
+    assert "crossover mtp-vs-plain: C=16 (baseline 16) pass" in capsys.readouterr().out
+    # Tolerances on the command line replace the suite's table, as in pytest.
+    assert main([*base, "--gates", str(suite), "--tolerance", "0.05"]) == 1
+    # A suite file without a loader (report/ alone cannot read it) is an error, not a guess.
+    parser = argparse.ArgumentParser(prog="llmperf")
+    add_compare_parser(parser.add_subparsers())
+    args = parser.parse_args([*base, "--gates", str(suite)])
+    assert args.func(args) == 2
+    assert "is a suite file" in capsys.readouterr().err
+
+
+def test_crossover_verdicts() -> None:
+    entry = BaselineEntry(
+        metrics={"crossover_concurrency": summarize("crossover_concurrency", [32.0])}
+    )
+    assert judge_sweep_metric(16, entry) == (Verdict.FAIL, 32)
+    assert judge_sweep_metric(32, entry) == (Verdict.PASS, 32)
+    assert judge_sweep_metric(64, entry) == (Verdict.PASS, 32)
+    assert judge_sweep_metric(64, None) == (Verdict.MISSING, None)
+    rule = CrossoverRule("mtp", "plain")
+    plain, mtp = make_sweep("plain", PLAIN), make_sweep("mtp", MTP, cap=48)
+    why = crossover_why(rule, 32, 128, [1, 4, 16, 32, 64, 128], mtp, plain)
+    assert why == (
+        "mtp-vs-plain: crossover concurrency fell from C=128 to C=32: mtp no longer beats "
+        "plain on output_throughput at C=64 (1571.1 vs 2327.0, -32.5 %); mtp's server caps "
+        "running requests at 48 (C=64 queues)"
+    )
+    with pytest.raises(KeyError, match="unknown metric"):
+        CrossoverRule("mtp", "plain", metric="tok_s")
