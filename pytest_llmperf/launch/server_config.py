@@ -47,7 +47,8 @@ class ServerConfig(BaseModel):
     model: str = Field(min_length=1)
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
-    gpus: int = Field(default=1, ge=0)
+    # GPUs one server uses; None: inferred from the parallelism flags in ``args`` (gpus.py).
+    gpus: int | None = Field(default=None, ge=0)
     launch_timeout_s: float = Field(default=600.0, gt=0)
     # Which simulator profile stands in for this server when no GPU/SGLang is available.
     sim_profile: str | None = None

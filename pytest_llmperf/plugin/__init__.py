@@ -669,6 +669,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
             f"llmperf: server {cfg.name}: {mode.upper()} ({where}{extra}), model {cfg.model}, "
             f"hardware key {run.hardware_for(cfg.name)}"
         )
+        workers = getattr(config.option, "numprocesses", None)  # [launch] GPU placement line
+        workers = workers if isinstance(workers, int) and workers > 0 else None  # [launch]
+        lines.append(f"llmperf:   {run.gpu_text(cfg.name, workers)}")  # [launch]
     if any(run.mode_for(c.name) == "simulated" for c in suite.servers if not s["require_real"]):
         lines.append(
             "llmperf: NOTE: SGLang is not in use; the numbers come from the SIMULATED server "

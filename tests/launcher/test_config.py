@@ -40,7 +40,7 @@ def test_toml_loads(tmp_path: Path) -> None:
     path.write_text(TOML)
     plain, mtp = load_server_configs(path)
     assert plain.args == ("--tp", "2") and plain.env == {"SGLANG_FOO": "1"} and plain.gpus == 2
-    assert mtp.sim_profile == "h100-llama8b" and mtp.gpus == 1
+    assert mtp.sim_profile == "h100-llama8b" and mtp.gpus is None
 
 
 def test_yaml_loads(tmp_path: Path) -> None:
