@@ -24,17 +24,17 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
-import psutil
 
 from pytest_llmperf.base.results import Mode
+from pytest_llmperf.core.server_probe import ServerKind
 from pytest_llmperf.launch import reaper
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
 from pytest_llmperf.launch.ports import free_port, port_is_free
+from pytest_llmperf.launch.readiness import HEALTH_ROUTES, discover, http_client, poll_ready
 from pytest_llmperf.launch.reaper import (
     DEFAULT_GRACE_S,
     WATCHDOG,
-    descendants,
     install_cleanup_signal_handlers,
     redact,
     register,
@@ -60,7 +60,6 @@ __all__ = [
 ]
 
 
-POLL_INTERVAL_S = 0.3
 PORT_ATTEMPTS = 3
 TAIL_LINES_IN_ERRORS = 30
 _PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
@@ -84,7 +83,7 @@ class ServerStartError(LaunchError):
 
 
 class AttachError(LaunchError):
-    """An existing server (by URL) did not answer ``/health_generate`` with 200 in time."""
+    """An existing server (by URL) did not become ready (no health route answered 200) in time."""
 
 
 def sglang_available() -> bool:
@@ -151,6 +150,8 @@ class ServerHandle:
         self._lock = threading.RLock()
         self._closed = False
         self.exit_code: int | None = None
+        # What the server turned out to be (set once it is ready): kind, model, routes.
+        self.kind: ServerKind | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -252,72 +253,6 @@ def _check_args(config: ServerConfig) -> None:
                 "(the launcher sets --model-path from 'model', --host/--port itself, "
                 "and --api-key from api_key)"
             )
-
-
-def _http_client(url: str, api_key: str | None) -> httpx.Client:
-    host = httpx.URL(url).host
-    loopback = host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-    # Proxy variables must not capture loopback health checks.
-    return httpx.Client(
-        trust_env=not loopback,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-    )
-
-
-def _listens_on(proc: subprocess.Popen[bytes], port: int | None) -> bool:
-    """Whether the server's own process tree listens on ``port`` (True if we cannot tell)."""
-    if port is None:
-        return True
-    for p in descendants(proc.pid):
-        try:
-            # psutil >= 6 names it net_connections; connections() is the older spelling.
-            conns = getattr(p, "net_connections", p.connections)(kind="tcp")
-        except psutil.AccessDenied:
-            return True
-        except psutil.Error:
-            continue
-        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
-            return True
-    return False
-
-
-def _poll_health(
-    client: httpx.Client, url: str, deadline: float, proc: subprocess.Popen[bytes] | None
-) -> tuple[bool, str]:
-    """Poll ``/health_generate`` until 200, the process exits, or the deadline.
-
-    Returns (healthy, last observation) — the observation is for error messages.
-    """
-    last = "no answer yet"
-    max_rounds = int((deadline - time.monotonic()) / 0.05) + 2  # a hard bound on the loop
-    for _ in range(max_rounds):
-        if proc is not None and proc.poll() is not None:
-            return False, last
-        now = time.monotonic()
-        if now >= deadline:
-            return False, last
-        try:
-            resp = client.get(f"{url}/health_generate", timeout=max(0.05, min(2.0, deadline - now)))
-            if resp.status_code == 200:
-                if proc is None:
-                    return True, "HTTP 200"
-                if proc.poll() is not None:
-                    return False, last
-                if _listens_on(proc, httpx.URL(url).port):
-                    return True, "HTTP 200"
-                # Someone else took the port between our check and the server's bind (another
-                # run's server answers): wait for ours to fail its bind and retry elsewhere.
-                last = "HTTP 200 from another process listening on the port"
-            last = f"HTTP {resp.status_code}"
-        except httpx.HTTPError as exc:
-            last = type(exc).__name__
-        pause = min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic()))
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=pause)  # returns at once if the server exits meanwhile
-        else:
-            time.sleep(pause)
-    return False, last
 
 
 def launch(
@@ -426,12 +361,14 @@ def launch(
             }
         )
         try:
-            with _http_client(url, api_key) as client:
-                healthy, last = _poll_health(client, url, deadline, proc)
+            with http_client(url, api_key) as client:
+                ready, last = poll_ready(client, url, deadline, proc, ("/health_generate",))
+                if ready is not None:
+                    handle.kind = discover(client, url, ready)
         except BaseException:
             handle.close(grace_s=min(grace_s, 2.0))  # Ctrl-C during startup: stop it now
             raise
-        if healthy:
+        if ready is not None:
             return handle
 
         rc = proc.poll()
@@ -444,7 +381,7 @@ def launch(
                 log.write(f"# llmperf: port {chosen} was taken; retrying\n".encode())
             continue
         if rc is None:
-            what = f"did not become healthy within {timeout:g} s (last /health_generate: {last})"
+            what = f"did not become healthy within {timeout:g} s (last: {last})"
         elif rc < 0:
             what = f"was killed by {_signal_name(rc)} after {elapsed:.1f} s"
         else:
@@ -474,9 +411,12 @@ def attach(
     *,
     config: ServerConfig | None = None,
 ) -> ServerHandle:
-    """A handle on an already-running server, once its ``/health_generate`` answers 200.
+    """A handle on an already-running server, once it is ready, with what it turned out to be.
 
-    No process is owned: ``close()`` does nothing to the server.
+    Ready means the first of ``/health_generate``, ``/health``, ``/v1/models`` that exists
+    answers 200; ``handle.kind`` then says whether it is SGLang, vLLM or another
+    OpenAI-compatible server, its served model and cache-reset route. No process is owned:
+    ``close()`` does nothing to the server.
     """
     url = url.rstrip("/")
     try:
@@ -486,11 +426,14 @@ def attach(
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise AttachError(f"invalid server URL {url!r}: expected http(s)://host:port")
     deadline = time.monotonic() + timeout_s
-    with _http_client(url, api_key) as client:
-        healthy, last = _poll_health(client, url, deadline, None)
-    if not healthy:
-        raise AttachError(
-            f"server at {url} did not answer GET /health_generate with 200 within"
-            f" {timeout_s:g} s (last: {last}); is it running and reachable?"
-        )
-    return ServerHandle(url=url, mode="attached", config=config, api_key=api_key)
+    with http_client(url, api_key) as client:
+        ready, last = poll_ready(client, url, deadline, None, HEALTH_ROUTES)
+        if ready is None:
+            raise AttachError(
+                f"server at {url} did not answer any of GET {', '.join(HEALTH_ROUTES)} with 200"
+                f" within {timeout_s:g} s (last: {last}); is it running and reachable?"
+            )
+        kind = discover(client, url, ready)
+    handle = ServerHandle(url=url, mode="attached", config=config, api_key=api_key)
+    handle.kind = kind
+    return handle

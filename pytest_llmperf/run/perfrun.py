@@ -19,8 +19,15 @@ from pathlib import Path
 import httpx
 
 from pytest_llmperf.base.errors import InputError
-from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
-from pytest_llmperf.core.server_probe import get_server_info, server_facts
+from pytest_llmperf.base.results import (
+    Backend,
+    LevelResult,
+    Mode,
+    ServerFacts,
+    SweepResult,
+    Workload,
+)
+from pytest_llmperf.core.server_probe import ServerKind, get_server_info, server_facts
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.sweep import Progress, run_in_own_loop, run_level
 from pytest_llmperf.launch import gpus
@@ -282,7 +289,41 @@ class PerfRun:
                 info = await get_server_info(http)
             return server_facts(info, url=handle.url, mode=mode)
 
-        return run_in_own_loop(probe, timeout_s=PROBE_TIMEOUT_S * 3)
+        facts = run_in_own_loop(probe, timeout_s=PROBE_TIMEOUT_S * 3)
+        kind = handle.kind
+        if kind is not None and kind.kind != "sglang":
+            # Recorded with the results: what the server was and how its cache was reset.
+            found = {
+                "server_kind": kind.kind,
+                "served_model": kind.served_model,
+                "cache_reset_route": kind.cache_reset_route,
+            }
+            facts = facts.model_copy(update={"server_args": {**facts.server_args, **found}})
+            if facts.model_path is None and kind.served_model:
+                facts = facts.model_copy(update={"model_path": kind.served_model})
+        return facts
+
+    def server_kind(self, config: str) -> ServerKind | None:
+        """What ``config``'s server turned out to be; reaches the server (attaching or
+        launching it) if it is not up yet. None when it could not be reached."""
+        try:
+            return self.server(config).kind
+        except PointError:
+            return None
+
+    def suggested_backend(self, config: str) -> Backend | None:
+        """The backend ``config``'s server takes (only SGLang takes ``/generate``); None when
+        the server could not be reached. The plugin uses it when no backend was set."""
+        kind = self.server_kind(config)
+        return kind.backend if kind is not None else None
+
+    def server_description(self, config: str) -> str | None:
+        """For the header: what the running server of ``config`` was found to be (None before
+        it is up)."""
+        state = self._states.get(config)
+        if state is None or state.handle is None or state.handle.kind is None:
+            return None
+        return state.handle.kind.describe()
 
     def facts(self, config: str) -> ServerFacts | None:
         return self._state(config).facts
@@ -313,6 +354,14 @@ class PerfRun:
                 if self.progress is not None:
                     self.progress(config, p)
 
+            kind = handle.kind
+            if workload.backend == "sglang" and kind is not None and kind.backend != "sglang":
+                raise PointError(
+                    f"config {config!r}: the server at {handle.url} is {kind.describe()}; it has"
+                    " no /generate, so the sglang backend cannot measure it: set the backend to"
+                    f" {kind.backend!r} (--llmperf-backend {kind.backend}, or backend= in the"
+                    " suite's [sweep] or the marker)"
+                )
             t0 = time.monotonic()
             try:
                 level = run_level(
