@@ -1,4 +1,4 @@
-"""Launch SGLang (or the simulator standing in for it) as a process group; attach to a server.
+"""Launch SGLang, the simulator, or a config's own ``command`` as a process group; attach.
 
 Why it is built this way:
 
@@ -269,7 +269,11 @@ def launch(
     grace_s: float = DEFAULT_GRACE_S,
     port_range: tuple[int, int] | None = None,
 ) -> ServerHandle:
-    """Start ``config``'s server and return when ``/health_generate`` answers 200.
+    """Start ``config``'s server and return when it is ready.
+
+    SGLang (or the simulator) is ready when ``/health_generate`` answers 200; a ``command``
+    server when its ``health`` path does (default: the first of ``/health_generate``,
+    ``/health``, ``/v1/models`` that exists). Either is logged, watched and torn down alike.
 
     ``simulate=None`` simulates exactly when SGLang is not importable; ``require_real`` turns
     that fallback into a ``LaunchError``. ``gpu_ids`` are logical ids among the GPUs visible to
@@ -278,20 +282,28 @@ def launch(
     launch is retried on another port (up to 3 tries). Raises ``ServerStartError`` with the exit
     code, log path and log tail when the server exits or stays unhealthy past the timeout.
     """
-    have_sglang = sglang_available()
     if require_real and simulate:
         raise LaunchError("simulate=True and require_real=True contradict each other")
-    if simulate is None:
-        simulate = not have_sglang
-    if require_real and not have_sglang:
-        raise LaunchError(
-            f"server config {config.name!r}: SGLang is not installed in {sys.executable} "
-            "(cannot import 'sglang'), and the simulated server was refused (require_real). "
-            "Install SGLang, or allow the simulation."
-        )
-    _check_args(config)
+    if config.command is not None:
+        simulate = bool(simulate)  # a command server needs no SGLang
+    else:
+        have_sglang = sglang_available()
+        if simulate is None:
+            simulate = not have_sglang
+        if require_real and not have_sglang:
+            raise LaunchError(
+                f"server config {config.name!r}: SGLang is not installed in {sys.executable} "
+                "(cannot import 'sglang'), and the simulated server was refused (require_real). "
+                "Install SGLang, or allow the simulation."
+            )
+        _check_args(config)
+    own_command = config.command is not None and not simulate
     mode: Mode = "simulated" if simulate else "launched"
     module = "pytest_llmperf.sim" if simulate else "sglang.launch_server"
+    if config.health:
+        health_routes: tuple[str, ...] = (config.health,)
+    else:
+        health_routes = HEALTH_ROUTES if own_command else ("/health_generate",)
     timeout = config.launch_timeout_s if health_timeout_s is None else health_timeout_s
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **config.env}
@@ -310,12 +322,16 @@ def launch(
             chosen = port if port is not None else free_port(host, port_range)
         except OSError as exc:
             raise LaunchError(f"server config {config.name!r}: {exc}") from None
-        argv = [sys.executable, "-m", module, "--model-path", config.model, *config.args]
-        argv += ["--host", host, "--port", str(chosen)]
-        if simulate and config.sim_profile:
-            argv += ["--sim-profile", config.sim_profile]
-        if api_key:
-            argv += ["--api-key", api_key]
+        if own_command:
+            # The key, if any, is the command's business (never substituted into argv here).
+            argv = config.launch_argv(host=host, port=chosen)
+        else:
+            argv = [sys.executable, "-m", module, "--model-path", config.model, *config.args]
+            argv += ["--host", host, "--port", str(chosen)]
+            if simulate and config.sim_profile:
+                argv += ["--sim-profile", config.sim_profile]
+            if api_key:
+                argv += ["--api-key", api_key]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{chosen}"
         handle = ServerHandle(
             url=url,
@@ -346,8 +362,9 @@ def launch(
                     close_fds=True,
                 )
             except OSError as exc:
+                where = ".command[0]" if own_command else ""
                 raise LaunchError(
-                    f"server config {config.name!r}: cannot start {argv[0]}: {exc}"
+                    f"server config {config.name!r}{where}: cannot start {argv[0]}: {exc}"
                 ) from None
         handle._proc = proc
         register(handle)
@@ -362,7 +379,7 @@ def launch(
         )
         try:
             with http_client(url, api_key) as client:
-                ready, last = poll_ready(client, url, deadline, proc, ("/health_generate",))
+                ready, last = poll_ready(client, url, deadline, proc, health_routes)
                 if ready is not None:
                     handle.kind = discover(client, url, ready)
         except BaseException:

@@ -135,7 +135,8 @@ def _cache_reset_route(client: httpx.Client, url: str) -> str | None:
             resp = client.post(f"{url}{route}", timeout=_PROBE_TIMEOUT_S)
         except httpx.HTTPError:
             return None
-        if resp.status_code not in (404, 405):
+        # 200 (reset) or 400 (SGLang: busy) mean the route exists; 404/405/501 that it does not.
+        if resp.status_code in (200, 400):
             return route
     return None
 

@@ -140,7 +140,7 @@ class PerfRun:
             return "attached"
         if self.simulate:
             return "simulated"
-        if sglang_available():
+        if sglang_available() or self.suite.server(config).command is not None:
             return "launched"
         if self.require_real:
             raise PointError(
@@ -184,7 +184,8 @@ class PerfRun:
                 if cfg.gpus is not None:
                     need = gpus.GpuNeed(cfg.gpus, f"gpus = {cfg.gpus} in the config")
                 else:
-                    need = gpus.gpus_from_flags(cfg.args, where=f"server {config!r} args")
+                    flags, where = (cfg.command, "command") if cfg.command else (cfg.args, "args")
+                    need = gpus.gpus_from_flags(flags, where=f"server {config!r} {where}")
             except InputError as exc:
                 plan = gpus.GpuPlan(gpus.GpuNeed(1, "unknown"), None, [], str(exc), str(exc))
             else:
