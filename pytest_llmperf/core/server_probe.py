@@ -1,4 +1,10 @@
-"""What the server says about itself: ``/server_info``, ``/flush_cache`` and ``/metrics``.
+"""What the server says about itself: its kind and routes, ``/server_info``, the cache reset
+(``/flush_cache``) and ``/metrics``.
+
+An attached server need not be SGLang: vLLM and llama-server speak the OpenAI API but have no
+``/generate``, ``/health_generate`` or ``/flush_cache``. ``ServerKind`` records what a server
+answered (readiness route, served model, cache-reset route), so the run can pick a backend the
+server takes and the header can say what was found.
 
 The running-request cap that matters is the *effective* one the scheduler settled on (the
 sum over DP ranks of ``internal_states[i].effective_max_running_requests_per_dp``), not the
@@ -13,12 +19,101 @@ import asyncio
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from pytest_llmperf.base.results import ServerFacts
+from pytest_llmperf.base.results import Backend, ServerFacts
+
+# Readiness: the first of these routes that exists decides (SGLang first: its /health can answer
+# before the model generates). vLLM and llama-server have /health; any OpenAI server /v1/models.
+HEALTH_ROUTES = ("/health_generate", "/health", "/v1/models")
+# Cache reset while idle: SGLang's /flush_cache, vLLM's POST /reset_prefix_cache (dev mode only).
+CACHE_RESET_ROUTES = ("/flush_cache", "/reset_prefix_cache")
+Kind = Literal["sglang", "vllm", "openai-compatible"]
+# ``owned_by`` in /v1/models, as each server sets it for itself: SGLang's protocol.py "sglang",
+# vLLM's ModelCard "vllm", llama.cpp's server "llamacpp".
+_OWNERS: dict[str, Kind] = {"sglang": "sglang", "vllm": "vllm"}
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    """What an HTTP server turned out to be, from the routes it answers."""
+
+    kind: Kind
+    health_route: str
+    served_model: str | None = None
+    owned_by: str | None = None
+    cache_reset_route: str | None = None
+    has_server_info: bool = False
+
+    @property
+    def backend(self) -> Backend:
+        """The backend to measure with: only SGLang takes ``/generate``."""
+        return "sglang" if self.kind == "sglang" else "openai"
+
+    def describe(self) -> str:
+        """One line for the header: what the server is and how it is driven."""
+        who = {"sglang": "SGLang", "vllm": "vLLM"}.get(self.kind, "OpenAI-compatible")
+        if self.kind == "openai-compatible" and self.owned_by:
+            who += f" (owned_by {self.owned_by})"
+        model = f" serving {self.served_model!r}" if self.served_model else ""
+        reset = (
+            f"cache reset by {self.cache_reset_route}"
+            if self.cache_reset_route
+            else "no cache reset route"
+        )
+        info = "/server_info" if self.has_server_info else "no /server_info"
+        return (
+            f"{who}{model}; ready by {self.health_route}; {reset}; {info}; backend {self.backend}"
+        )
+
+
+def served_model(models: Any) -> tuple[str | None, str | None]:
+    """``(id, owned_by)`` of the first model in a ``/v1/models`` answer (Nones if absent)."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        return None, None
+    first = data[0]
+    ident = first.get("id")
+    owner = first.get("owned_by")
+    return (
+        ident if isinstance(ident, str) and ident else None,
+        owner if isinstance(owner, str) and owner else None,
+    )
+
+
+def classify_server(
+    *,
+    health_route: str,
+    models: Any = None,
+    server_info: Any = None,
+    cache_reset_route: str | None = None,
+) -> ServerKind:
+    """Pure: what answered -> ``ServerKind``.
+
+    SGLang answers ``/health_generate`` or has ``/flush_cache``; otherwise ``owned_by`` in
+    ``/v1/models`` names vLLM (or SGLang); vLLM's dev-mode ``/server_info`` holds
+    ``vllm_config``. Anything else is an OpenAI-compatible server.
+    """
+    model, owner = served_model(models)
+    kind: Kind = _OWNERS.get(owner or "", "openai-compatible")
+    info = server_info if isinstance(server_info, dict) else None
+    if info is not None and "vllm_config" in info:
+        kind = "vllm"
+    elif health_route == "/health_generate" or cache_reset_route == "/flush_cache":
+        kind = "sglang"
+    return ServerKind(
+        kind=kind,
+        health_route=health_route,
+        served_model=model,
+        owned_by=owner,
+        cache_reset_route=cache_reset_route,
+        has_server_info=info is not None,
+    )
+
 
 PROBE_TIMEOUT_S = 30.0
 METRICS_SAMPLE_INTERVAL_S = 0.5
@@ -126,16 +221,21 @@ async def probe_server(
 
 
 async def flush_cache(http: httpx.AsyncClient) -> tuple[bool, str | None]:
-    """``POST /flush_cache`` while idle: (flushed, why not). 400 (busy) and 404 are tolerated."""
-    try:
-        r = await http.post("/flush_cache", timeout=PROBE_TIMEOUT_S)
-    except httpx.HTTPError as e:
-        return False, f"flush_cache failed: {type(e).__name__}"
-    if r.status_code == 200:
-        return True, None
-    if r.status_code == 404:
-        return False, "server has no /flush_cache"
-    return False, f"flush_cache refused (HTTP {r.status_code}): server busy"
+    """Reset the prefix cache while idle: ``POST /flush_cache`` (SGLang), else
+    ``POST /reset_prefix_cache`` (vLLM). Returns (flushed, why not); 400 (busy) and a server
+    with neither route are tolerated.
+    """
+    for path in CACHE_RESET_ROUTES:
+        try:
+            r = await http.post(path, timeout=PROBE_TIMEOUT_S)
+        except httpx.HTTPError as e:
+            return False, f"{path.lstrip('/')} failed: {type(e).__name__}"
+        if r.status_code == 200:
+            return True, None
+        if r.status_code in (404, 405):
+            continue
+        return False, f"{path.lstrip('/')} refused (HTTP {r.status_code}): server busy"
+    return False, "server has no /flush_cache (nor /reset_prefix_cache)"
 
 
 def parse_metrics(text: str) -> dict[str, float]:

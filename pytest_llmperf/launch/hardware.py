@@ -75,7 +75,7 @@ def detect_gpus(
     nvidia-smi, or when it fails or hangs (a broken driver must not break the test session).
     """
     env = os.environ if env is None else env
-    exe = nvidia_smi or shutil.which("nvidia-smi")
+    exe = nvidia_smi or shutil.which("nvidia-smi", path=env.get("PATH"))
     if exe is None:
         return []
     try:

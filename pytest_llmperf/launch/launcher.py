@@ -1,31 +1,19 @@
-"""Launch SGLang (or the simulator standing in for it) as a process group; attach to a server.
+"""Launch SGLang, the simulator, or a config's own ``command`` as a process group; attach.
 
 Why it is built this way:
 
 - The server runs in its own session (``start_new_session=True``), so teardown can signal the
-  whole group (SGLang forks schedulers and detokenizers) and a terminal Ctrl-C reaches only
-  pytest, whose cleanup then stops the server in order.
-- Teardown is SIGTERM to the group, a bounded grace period, then SIGKILL to the group and to any
-  descendant that left it (found with psutil). Every wait is bounded.
-- Every live server is in a module registry; ``terminate_all`` (registered with ``atexit`` and
-  callable from signal handlers, see ``install_cleanup_signal_handlers``) stops them all.
-- If pytest itself is SIGKILLed, nothing in it runs. A small watchdog process (one per launching
-  process) holds the read end of a pipe whose write end only the launching process holds; EOF,
-  or being re-parented, means the parent died, and the watchdog stops the registered groups.
-  This covers the server's grandchildren too, unlike ``PR_SET_PDEATHSIG`` (which is per thread
-  and per direct child).
-- The API key is never in ``repr``, error messages or ``log_tail``; SGLang prints its server
-  args at startup, so the log file is scrubbed when the server stops (by us or the watchdog).
+  whole group and a terminal Ctrl-C reaches only pytest, whose cleanup then stops the server in
+  order. Stopping groups, the registry of live servers and the watchdog that outlives a
+  SIGKILLed pytest are in ``reaper``.
+- The API key is never in ``repr``, error messages or ``log_tail``.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
-import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -33,17 +21,29 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
+from types import TracebackType
 
 import httpx
-import psutil
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Mode
+from pytest_llmperf.core.server_probe import ServerKind
+from pytest_llmperf.launch import reaper
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
 from pytest_llmperf.launch.ports import free_port, port_is_free
+from pytest_llmperf.launch.readiness import HEALTH_ROUTES, discover, http_client, poll_ready
+from pytest_llmperf.launch.reaper import (
+    DEFAULT_GRACE_S,
+    WATCHDOG,
+    install_cleanup_signal_handlers,
+    redact,
+    register,
+    scrub_file,
+    stop_group,
+    terminate_all,
+    unregister,
+)
 from pytest_llmperf.launch.server_config import ServerConfig
 
 __all__ = [
@@ -61,12 +61,8 @@ __all__ = [
 ]
 
 
-DEFAULT_GRACE_S = 15.0
-POLL_INTERVAL_S = 0.3
 PORT_ATTEMPTS = 3
 TAIL_LINES_IN_ERRORS = 30
-_KILL_WAIT_S = 5.0
-_REDACTED = "***"
 _PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 _OWNED_FLAGS = ("--host", "--port", "--model-path", "--model", "--api-key")
 
@@ -88,16 +84,12 @@ class ServerStartError(LaunchError):
 
 
 class AttachError(LaunchError):
-    """An existing server (by URL) did not answer ``/health_generate`` with 200 in time."""
+    """An existing server (by URL) did not become ready (no health route answered 200) in time."""
 
 
 def sglang_available() -> bool:
     """Whether ``python -m sglang.launch_server`` can run in this interpreter."""
     return importlib.util.find_spec("sglang") is not None
-
-
-def _redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, _REDACTED) if secret else text
 
 
 def _signal_name(code: int) -> str:
@@ -117,279 +109,12 @@ def _read_tail(path: Path | None, n: int, secret: str | None) -> str:
     except OSError:
         return ""
     lines = data.decode("utf-8", errors="replace").splitlines()
-    return _redact("\n".join(lines[-n:]), secret)
-
-
-def _scrub_file(path: Path, secret: str) -> None:
-    """Replace ``secret`` in a (stopped) server's log, atomically."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return
-    needle = secret.encode()
-    if needle not in data:
-        return
-    tmp = path.with_name(path.name + ".scrub")
-    try:
-        tmp.write_bytes(data.replace(needle, _REDACTED.encode()))
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-def _group_members(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes in process group ``pgid``."""
-    members = []
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc)
-        except (OSError, psutil.Error):
-            continue
-    return members
-
-
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
-    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left (group and
-    escaped descendants); returns the leader's exit code (None if it could not be reaped)."""
-    pgid = proc.pid  # start_new_session makes the leader's pid the group id
-    tracked = {p.pid: p for p in _descendants(proc.pid)}
-    _killpg(pgid, signal.SIGTERM)
-    for p in tracked.values():  # descendants that left the group (setsid) get it too
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(p.pid) != pgid:
-                p.terminate()
-    deadline = time.monotonic() + max(grace_s, 0.0)
-    while True:
-        proc.poll()
-        left = _alive(list(tracked.values())) + [
-            p for p in _group_members(pgid) if p.pid not in tracked
-        ]
-        if not left or time.monotonic() >= deadline:
-            break
-        time.sleep(0.1)
-    if left:
-        _killpg(pgid, signal.SIGKILL)
-        for p in left:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        # Not the leader: psutil would reap it and Popen would then report exit code 0.
-        psutil.wait_procs([p for p in left if p.pid != proc.pid], timeout=_KILL_WAIT_S)
-    try:
-        return proc.wait(timeout=_KILL_WAIT_S)
-    except subprocess.TimeoutExpired:
-        return None
-
-
-# --------------------------------------------------------------------------- watchdog
-
-
-def _watchdog_main() -> None:
-    """Entry of the watchdog process: stop registered groups when the launching process dies.
-
-    argv: ``<parent pid>``; stdin: JSON lines ``{"op": "add"|"remove"|"quit", ...}``.
-    """
-    parent = int(sys.argv[1])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    groups: dict[int, dict[str, Any]] = {}
-    buf = b""
-    fd = sys.stdin.fileno()
-    while os.getppid() == parent:  # bounded by the parent's life: re-parenting ends it
-        ready, _, _ = select.select([fd], [], [], 0.5)
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break  # EOF: the launching process closed the pipe or died
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("op") == "add":
-                groups[int(msg["pgid"])] = msg
-            elif msg.get("op") == "remove":
-                groups.pop(int(msg["pgid"]), None)
-            elif msg.get("op") == "quit":
-                return
-    if not groups:
-        return
-    for pgid in groups:
-        _killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + max(
-        float(m.get("grace", DEFAULT_GRACE_S)) for m in groups.values()
-    )
-    while time.monotonic() < deadline and any(_group_members(g) for g in groups):
-        time.sleep(0.1)
-    for pgid in groups:
-        _killpg(pgid, signal.SIGKILL)
-        for p in _group_members(pgid):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    time.sleep(0.2)  # let the kernel finish the kills before rewriting logs
-    for msg in groups.values():
-        if msg.get("secret") and msg.get("log"):
-            _scrub_file(Path(msg["log"]), msg["secret"])
-
-
-def _import_path() -> str:
-    """PYTHONPATH that lets a fresh interpreter import this package, even when the parent
-    found it through a runtime ``sys.path`` change rather than an installation."""
-    here = str(Path(__file__).resolve().parents[2])
-    rest = os.environ.get("PYTHONPATH")
-    return here + (os.pathsep + rest if rest else "")
-
-
-class _Watchdog:
-    """The per-process watchdog: started lazily, restarted after fork or if it died."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._wfd: int | None = None
-        self._owner = 0
-        # What the watchdog must know, replayed if it has to be restarted.
-        self._registered: dict[int, dict[str, Any]] = {}
-
-    def _ensure(self) -> None:
-        if self._proc is not None and self._owner == os.getpid() and self._proc.poll() is None:
-            return
-        if self._wfd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._wfd)
-        rfd, wfd = os.pipe()  # both ends non-inheritable (PEP 446); stdin= dups rfd
-        try:
-            self._proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "from pytest_llmperf.launch.launcher import _watchdog_main; _watchdog_main()",
-                    str(os.getpid()),
-                ],
-                stdin=rfd,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-                env={**os.environ, "PYTHONPATH": _import_path()},
-            )
-        except OSError:
-            os.close(wfd)
-            self._proc = None
-            self._wfd = None
-            return
-        finally:
-            os.close(rfd)
-        self._wfd = wfd
-        self._owner = os.getpid()
-        for msg in self._registered.values():
-            with contextlib.suppress(OSError):
-                os.write(wfd, (json.dumps(msg) + "\n").encode())
-
-    def send(self, msg: dict[str, Any]) -> None:
-        data = (json.dumps(msg) + "\n").encode()
-        with self._lock:
-            if self._owner not in (0, os.getpid()):
-                # A forked child: the parent's watchdog and servers are not ours.
-                if self._wfd is not None:
-                    with contextlib.suppress(OSError):
-                        os.close(self._wfd)
-                self._proc, self._wfd, self._registered = None, None, {}
-            if msg.get("op") == "add":
-                self._registered[int(msg["pgid"])] = msg
-            elif msg.get("op") == "remove":
-                self._registered.pop(int(msg["pgid"]), None)
-            for _ in range(2):  # one restart if the watchdog died
-                self._ensure()
-                if self._wfd is None:
-                    return
-                try:
-                    os.write(self._wfd, data)
-                    return
-                except OSError:
-                    self._proc = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-
-_WATCHDOG = _Watchdog()
-
-
-# --------------------------------------------------------------------------- registry
-
-_LIVE: dict[int, ServerHandle] = {}
-_LIVE_LOCK = threading.RLock()  # re-entrant: terminate_all may run in a signal handler
+    return redact("\n".join(lines[-n:]), secret)
 
 
 def live_servers() -> list[ServerHandle]:
     """Servers launched by this process and not yet stopped."""
-    with _LIVE_LOCK:
-        return list(_LIVE.values())
-
-
-def terminate_all(grace_s: float | None = None) -> int:
-    """Stop every server this process launched; returns how many were stopped.
-
-    Safe to call from ``atexit`` and from signal handlers, and more than once.
-    """
-    handles = live_servers()
-    for handle in handles:
-        with contextlib.suppress(Exception):
-            handle.close(grace_s=grace_s)
-    return len(handles)
-
-
-atexit.register(terminate_all)
-
-
-def install_cleanup_signal_handlers(
-    signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP),
-) -> None:
-    """Make ``signals`` stop all servers, then behave as before (previous handler, or die
-    by the signal). Main thread only. SIGINT needs nothing: KeyboardInterrupt unwinds
-    through fixture teardown and ``atexit``.
-    """
-    for sig in signals:
-        previous = signal.getsignal(sig)
-
-        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
-            terminate_all()
-            if callable(previous):
-                previous(signum, frame)
-            elif previous != signal.SIG_IGN:
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-
-        signal.signal(sig, handler)
+    return [h for h in reaper.live() if isinstance(h, ServerHandle)]
 
 
 # --------------------------------------------------------------------------- handle
@@ -426,6 +151,8 @@ class ServerHandle:
         self._lock = threading.RLock()
         self._closed = False
         self.exit_code: int | None = None
+        # What the server turned out to be (set once it is ready): kind, model, routes.
+        self.kind: ServerKind | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -439,7 +166,7 @@ class ServerHandle:
     @property
     def argv(self) -> list[str]:
         """The server command line, with the API key redacted."""
-        return [_redact(a, self._api_key) for a in self._argv]
+        return [redact(a, self._api_key) for a in self._argv]
 
     @property
     def auth_headers(self) -> dict[str, str]:
@@ -471,13 +198,12 @@ class ServerHandle:
             try:
                 if proc is not None:
                     grace = self.grace_s if grace_s is None else grace_s
-                    self.exit_code = _stop_group(proc, grace)
-                    _WATCHDOG.send({"op": "remove", "pgid": proc.pid})
+                    self.exit_code = stop_group(proc, grace)
+                    WATCHDOG.send({"op": "remove", "pgid": proc.pid})
                     if self._api_key and self.log_path is not None:
-                        _scrub_file(self.log_path, self._api_key)
+                        scrub_file(self.log_path, self._api_key)
             finally:
-                with _LIVE_LOCK:
-                    _LIVE.pop(id(self), None)
+                unregister(self)
             return self.exit_code
 
     def __enter__(self) -> ServerHandle:
@@ -530,72 +256,6 @@ def _check_args(config: ServerConfig) -> None:
             )
 
 
-def _http_client(url: str, api_key: str | None) -> httpx.Client:
-    host = httpx.URL(url).host
-    loopback = host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-    # Proxy variables must not capture loopback health checks.
-    return httpx.Client(
-        trust_env=not loopback,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-    )
-
-
-def _listens_on(proc: subprocess.Popen[bytes], port: int | None) -> bool:
-    """Whether the server's own process tree listens on ``port`` (True if we cannot tell)."""
-    if port is None:
-        return True
-    for p in _descendants(proc.pid):
-        try:
-            # psutil >= 6 names it net_connections; connections() is the older spelling.
-            conns = getattr(p, "net_connections", p.connections)(kind="tcp")
-        except psutil.AccessDenied:
-            return True
-        except psutil.Error:
-            continue
-        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
-            return True
-    return False
-
-
-def _poll_health(
-    client: httpx.Client, url: str, deadline: float, proc: subprocess.Popen[bytes] | None
-) -> tuple[bool, str]:
-    """Poll ``/health_generate`` until 200, the process exits, or the deadline.
-
-    Returns (healthy, last observation) — the observation is for error messages.
-    """
-    last = "no answer yet"
-    max_rounds = int((deadline - time.monotonic()) / 0.05) + 2  # a hard bound on the loop
-    for _ in range(max_rounds):
-        if proc is not None and proc.poll() is not None:
-            return False, last
-        now = time.monotonic()
-        if now >= deadline:
-            return False, last
-        try:
-            resp = client.get(f"{url}/health_generate", timeout=max(0.05, min(2.0, deadline - now)))
-            if resp.status_code == 200:
-                if proc is None:
-                    return True, "HTTP 200"
-                if proc.poll() is not None:
-                    return False, last
-                if _listens_on(proc, httpx.URL(url).port):
-                    return True, "HTTP 200"
-                # Someone else took the port between our check and the server's bind (another
-                # run's server answers): wait for ours to fail its bind and retry elsewhere.
-                last = "HTTP 200 from another process listening on the port"
-            last = f"HTTP {resp.status_code}"
-        except httpx.HTTPError as exc:
-            last = type(exc).__name__
-        pause = min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic()))
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=pause)  # returns at once if the server exits meanwhile
-        else:
-            time.sleep(pause)
-    return False, last
-
-
 def launch(
     config: ServerConfig,
     *,
@@ -610,7 +270,11 @@ def launch(
     grace_s: float = DEFAULT_GRACE_S,
     port_range: tuple[int, int] | None = None,
 ) -> ServerHandle:
-    """Start ``config``'s server and return when ``/health_generate`` answers 200.
+    """Start ``config``'s server and return when it is ready.
+
+    SGLang (or the simulator) is ready when ``/health_generate`` answers 200; a ``command``
+    server when its ``health`` path does (default: the first of ``/health_generate``,
+    ``/health``, ``/v1/models`` that exists). Either is logged, watched and torn down alike.
 
     ``simulate=None`` simulates exactly when SGLang is not importable; ``require_real`` turns
     that fallback into a ``LaunchError``. ``gpu_ids`` are logical ids among the GPUs visible to
@@ -619,20 +283,28 @@ def launch(
     launch is retried on another port (up to 3 tries). Raises ``ServerStartError`` with the exit
     code, log path and log tail when the server exits or stays unhealthy past the timeout.
     """
-    have_sglang = sglang_available()
     if require_real and simulate:
         raise LaunchError("simulate=True and require_real=True contradict each other")
-    if simulate is None:
-        simulate = not have_sglang
-    if require_real and not have_sglang:
-        raise LaunchError(
-            f"server config {config.name!r}: SGLang is not installed in {sys.executable} "
-            "(cannot import 'sglang'), and the simulated server was refused (require_real). "
-            "Install SGLang, or allow the simulation."
-        )
-    _check_args(config)
+    if config.command is not None:
+        simulate = bool(simulate)  # a command server needs no SGLang
+    else:
+        have_sglang = sglang_available()
+        if simulate is None:
+            simulate = not have_sglang
+        if require_real and not have_sglang:
+            raise LaunchError(
+                f"server config {config.name!r}: SGLang is not installed in {sys.executable} "
+                "(cannot import 'sglang'), and the simulated server was refused (require_real). "
+                "Install SGLang, or allow the simulation."
+            )
+        _check_args(config)
+    own_command = config.command is not None and not simulate
     mode: Mode = "simulated" if simulate else "launched"
     module = "pytest_llmperf.sim" if simulate else "sglang.launch_server"
+    if config.health:
+        health_routes: tuple[str, ...] = (config.health,)
+    else:
+        health_routes = HEALTH_ROUTES if own_command else ("/health_generate",)
     timeout = config.launch_timeout_s if health_timeout_s is None else health_timeout_s
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **config.env}
@@ -651,12 +323,16 @@ def launch(
             chosen = port if port is not None else free_port(host, port_range)
         except OSError as exc:
             raise LaunchError(f"server config {config.name!r}: {exc}") from None
-        argv = [sys.executable, "-m", module, "--model-path", config.model, *config.args]
-        argv += ["--host", host, "--port", str(chosen)]
-        if simulate and config.sim_profile:
-            argv += ["--sim-profile", config.sim_profile]
-        if api_key:
-            argv += ["--api-key", api_key]
+        if own_command:
+            # The key, if any, is the command's business (never substituted into argv here).
+            argv = config.launch_argv(host=host, port=chosen)
+        else:
+            argv = [sys.executable, "-m", module, "--model-path", config.model, *config.args]
+            argv += ["--host", host, "--port", str(chosen)]
+            if simulate and config.sim_profile:
+                argv += ["--sim-profile", config.sim_profile]
+            if api_key:
+                argv += ["--api-key", api_key]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{chosen}"
         handle = ServerHandle(
             url=url,
@@ -687,13 +363,13 @@ def launch(
                     close_fds=True,
                 )
             except OSError as exc:
+                where = ".command[0]" if own_command else ""
                 raise LaunchError(
-                    f"server config {config.name!r}: cannot start {argv[0]}: {exc}"
+                    f"server config {config.name!r}{where}: cannot start {argv[0]}: {exc}"
                 ) from None
         handle._proc = proc
-        with _LIVE_LOCK:
-            _LIVE[id(handle)] = handle
-        _WATCHDOG.send(
+        register(handle)
+        WATCHDOG.send(
             {
                 "op": "add",
                 "pgid": proc.pid,
@@ -703,12 +379,14 @@ def launch(
             }
         )
         try:
-            with _http_client(url, api_key) as client:
-                healthy, last = _poll_health(client, url, deadline, proc)
+            with http_client(url, api_key) as client:
+                ready, last = poll_ready(client, url, deadline, proc, health_routes)
+                if ready is not None:
+                    handle.kind = discover(client, url, ready)
         except BaseException:
             handle.close(grace_s=min(grace_s, 2.0))  # Ctrl-C during startup: stop it now
             raise
-        if healthy:
+        if ready is not None:
             return handle
 
         rc = proc.poll()
@@ -721,14 +399,14 @@ def launch(
                 log.write(f"# llmperf: port {chosen} was taken; retrying\n".encode())
             continue
         if rc is None:
-            what = f"did not become healthy within {timeout:g} s (last /health_generate: {last})"
+            what = f"did not become healthy within {timeout:g} s (last: {last})"
         elif rc < 0:
             what = f"was killed by {_signal_name(rc)} after {elapsed:.1f} s"
         else:
             what = f"exited with code {rc} after {elapsed:.1f} s"
         if port_taken:
             what += f"; port {chosen} was already in use"
-        message = _redact(
+        message = redact(
             f"{mode} server {config.name!r} ({url}) {what}.\n"
             f"  log: {log_path}\n"
             f"  last {TAIL_LINES_IN_ERRORS} log lines:\n"
@@ -751,9 +429,12 @@ def attach(
     *,
     config: ServerConfig | None = None,
 ) -> ServerHandle:
-    """A handle on an already-running server, once its ``/health_generate`` answers 200.
+    """A handle on an already-running server, once it is ready, with what it turned out to be.
 
-    No process is owned: ``close()`` does nothing to the server.
+    Ready means the first of ``/health_generate``, ``/health``, ``/v1/models`` that exists
+    answers 200; ``handle.kind`` then says whether it is SGLang, vLLM or another
+    OpenAI-compatible server, its served model and cache-reset route. No process is owned:
+    ``close()`` does nothing to the server.
     """
     url = url.rstrip("/")
     try:
@@ -763,11 +444,14 @@ def attach(
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise AttachError(f"invalid server URL {url!r}: expected http(s)://host:port")
     deadline = time.monotonic() + timeout_s
-    with _http_client(url, api_key) as client:
-        healthy, last = _poll_health(client, url, deadline, None)
-    if not healthy:
-        raise AttachError(
-            f"server at {url} did not answer GET /health_generate with 200 within"
-            f" {timeout_s:g} s (last: {last}); is it running and reachable?"
-        )
-    return ServerHandle(url=url, mode="attached", config=config, api_key=api_key)
+    with http_client(url, api_key) as client:
+        ready, last = poll_ready(client, url, deadline, None, HEALTH_ROUTES)
+        if ready is None:
+            raise AttachError(
+                f"server at {url} did not answer any of GET {', '.join(HEALTH_ROUTES)} with 200"
+                f" within {timeout_s:g} s (last: {last}); is it running and reachable?"
+            )
+        kind = discover(client, url, ready)
+    handle = ServerHandle(url=url, mode="attached", config=config, api_key=api_key)
+    handle.kind = kind
+    return handle

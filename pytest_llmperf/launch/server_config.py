@@ -9,6 +9,15 @@ Suites declare servers in TOML or YAML files shaped like::
     env = { SGLANG_FOO = "1" }
     gpus = 2
 
+A server that is not SGLang gives its own ``command`` (an argv list; ``{port}``, ``{host}`` and
+``{model}`` are substituted) and optionally the ``health`` path to wait for::
+
+    [[server]]
+    name = "llama"
+    model = "small"
+    command = ["llama-server", "-m", "model.gguf", "--host", "{host}", "--port", "{port}"]
+    health = "/health"
+
 ``load_server_configs`` reads such a file; ``server_configs_from_data`` takes the same shape as
 Python data. Every error names the file and the field, one line each, so a bad config reads like
 a lint message instead of a pydantic traceback.
@@ -16,16 +25,23 @@ a lint message instead of a pydantic traceback.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pytest_llmperf.base.datafile import DataFileError, load_data_file
 from pytest_llmperf.base.errors import InputError
 
-__all__ = ["ConfigError", "ServerConfig", "load_server_configs", "server_configs_from_data"]
+__all__ = [
+    "PLACEHOLDERS",
+    "ConfigError",
+    "ServerConfig",
+    "load_server_configs",
+    "server_configs_from_data",
+]
 
 
 class ConfigError(InputError):
@@ -49,10 +65,63 @@ class ServerConfig(BaseModel):
     model: str = Field(min_length=1)
     args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
-    gpus: int = Field(default=1, ge=0)
+    # GPUs one server uses; None: inferred from the parallelism flags in ``args`` (gpus.py).
+    gpus: int | None = Field(default=None, ge=0)
     launch_timeout_s: float = Field(default=600.0, gt=0)
     # Which simulator profile stands in for this server when no GPU/SGLang is available.
     sim_profile: str | None = None
+    # A server that is not ``sglang.launch_server``: its argv, with {port}, {host}, {model}.
+    command: tuple[str, ...] | None = None
+    # The path that answers 200 once the server is ready (default: the first of
+    # /health_generate, /health, /v1/models that exists).
+    health: str | None = None
+
+    @field_validator("health")
+    @classmethod
+    def _health_path(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"/[^\s?#]*", value):
+            raise ValueError(f"{value!r} is not a path; give one like '/health'")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command_shape(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        if not value or not value[0].strip():
+            raise ValueError("must be a non-empty list: the program, then its arguments")
+        unknown = sorted(
+            {m for part in value for m in re.findall(r"\{(\w*)\}", part)} - set(PLACEHOLDERS)
+        )
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)};"
+                f" use {', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+            )
+        if not any("{port}" in part for part in value):
+            raise ValueError("must contain {port}: the launcher picks a free port for each run")
+        return value
+
+    @model_validator(mode="after")
+    def _command_or_args(self) -> ServerConfig:
+        if self.command is not None and self.args:
+            raise ValueError(
+                "args: go to sglang.launch_server and are not used with 'command';"
+                " put the flags in 'command'"
+            )
+        if self.health is not None and self.command is None:
+            raise ValueError("health: only used with 'command' (SGLang's is /health_generate)")
+        return self
+
+    def launch_argv(self, *, host: str, port: int) -> list[str]:
+        """``command`` with its placeholders filled in (only for command servers)."""
+        values = {"port": str(port), "host": host, "model": self.model}
+        out = []
+        for part in self.command or ():
+            for key, value in values.items():
+                part = part.replace("{" + key + "}", value)
+            out.append(part)
+        return out
 
     @field_validator("name", mode="before")
     @classmethod
@@ -66,6 +135,7 @@ class ServerConfig(BaseModel):
         return value
 
 
+PLACEHOLDERS = ("port", "host", "model")
 _TOP_LEVEL_KEYS = {"server"}
 
 

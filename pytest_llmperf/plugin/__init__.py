@@ -219,7 +219,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
         point = Point(
             config=param.config,
             concurrency=param.concurrency,
-            workload=llm.workload(suite, marker, where),
+            workload=llm.workload(suite, marker, where, param.config),
             run=llmperf_run,
             store=llm.store,
             repeat=get("repeat"),
@@ -246,10 +246,11 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCh
 
     param: GateParam = request.param
     llm, suite, marker = _settings_for(request)
+    gate = suite.gates[param.gate_index]
     return GateCheck(
-        gate=suite.gates[param.gate_index],
+        gate=gate,
         concurrency=param.concurrency,
-        workload=llm.workload(suite, marker, request.node.nodeid),
+        workload=llm.workload(suite, marker, request.node.nodeid, gate.config),
         run=llmperf_run,
         on_properties=_properties(request),
         on_result=llm.gates.append,

@@ -138,14 +138,28 @@ class LLMPerfSession:
             return suite_values[name]
         return value
 
-    def workload(self, suite: Suite, marker: dict[str, Any], where: str) -> Workload:
+    def workload(
+        self, suite: Suite, marker: dict[str, Any], where: str, config: str | None = None
+    ) -> Workload:
+        """The workload of one test; for an attached server that is not SGLang and a backend
+        nobody chose, the backend the server takes (only SGLang serves ``/generate``)."""
         from pytest_llmperf.base.results import Workload
 
         def get(name: str) -> Any:
             return self.effective(suite, marker, name, where)
 
+        backend = get("backend")
+        chosen = (
+            "backend" in marker
+            or "backend" in self.settings["_explicit"]
+            or "backend" in suite.sweep.as_settings()
+        )
+        if config is not None and not chosen:
+            run = self.perf_run(suite)
+            if run.mode_for(config) == "attached":
+                backend = run.suggested_backend(config) or backend
         return Workload(
-            backend=get("backend"),
+            backend=backend,
             input_len=get("input_len"),
             output_len=get("output_len"),
             seed=get("seed"),
@@ -258,7 +272,7 @@ class LLMPerfSession:
                 for cfg in self.configs_of(param):
                     selected[(param.suite_path, cfg)] = selected.get((param.suite_path, cfg), 0) + 1
             suite = self.suites[param.suite_path]
-            wl = self.workload(suite, marker_kwargs(item), item.nodeid)
+            wl = self.workload(suite, marker_kwargs(item), item.nodeid, self.configs_of(param)[0])
             if isinstance(param, PointParam):
                 covered.append((param.config, "point", param.concurrency, wl))
             elif isinstance(param, CrossoverParam | SloParam):
@@ -390,6 +404,9 @@ class LLMPerfSession:
                 f"llmperf: server {cfg.name}: {mode.upper()} ({where}{extra}), model {cfg.model}, "
                 f"hardware key {run.hardware_for(cfg.name)}"
             )
+            workers = getattr(config.option, "numprocesses", None)
+            workers = workers if isinstance(workers, int) and workers > 0 else None
+            lines.append(f"llmperf:   {run.gpu_text(cfg.name, workers)}")
         if any(run.mode_for(c.name) == "simulated" for c in suite.servers if not s["require_real"]):
             lines.append(
                 "llmperf: NOTE: SGLang is not in use; the numbers come from the SIMULATED server "

@@ -19,10 +19,17 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
-from pytest_llmperf.base.errors import LLMPerfError
-from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.errors import InputError, LLMPerfError
+from pytest_llmperf.base.results import (
+    Backend,
+    LevelResult,
+    Mode,
+    ServerFacts,
+    SweepResult,
+    Workload,
+)
 from pytest_llmperf.base.values import reveal
-from pytest_llmperf.core.server_probe import get_server_info, server_facts
+from pytest_llmperf.core.server_probe import ServerKind, get_server_info, server_facts
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.sweep import Progress, run_in_own_loop, run_level
 from pytest_llmperf.launch import gpus
@@ -117,6 +124,7 @@ class PerfRun:
     )
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _gpu_names: list[str] | None = None
+    _gpu_plans: dict[str, gpus.GpuPlan] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._default_url, self._url_map = parse_url_map(self.url)
@@ -137,7 +145,7 @@ class PerfRun:
             return "attached"
         if self.simulate:
             return "simulated"
-        if sglang_available():
+        if sglang_available() or self.suite.server(config).command is not None:
             return "launched"
         if self.require_real:
             raise PointError(
@@ -152,16 +160,74 @@ class PerfRun:
         return self.sim_profile or config.sim_profile or DEFAULT_PROFILE
 
     def hardware_for(self, config: str) -> str:
-        """The baseline key of the hardware this config runs on."""
+        """The baseline key of the hardware this config runs on: the GPUs its server uses."""
         cfg = self.suite.server(config)
         if self.hardware_override:
             return hardware_key([], override=self.hardware_override)
         if self.mode_for(config) == "simulated":
             profile = Path(self.sim_profile_for(cfg)).stem
             return hardware_key([], sim_profile=profile.removeprefix("sim-"))
+        plan = self.gpu_plan(config)
+        return hardware_key(plan.names, plan.need.count if plan.names else None)
+
+    def _visible_gpu_names(self) -> list[str]:
         if self._gpu_names is None:
-            self._gpu_names = [g.name for g in detect_gpus()]
-        return hardware_key(self._gpu_names, max(cfg.gpus, 1) if self._gpu_names else None)
+            self._gpu_names = [g.name for g in detect_gpus(env=self.env or None)]
+        return self._gpu_names
+
+    def gpu_plan(self, config: str) -> gpus.GpuPlan:
+        """How many GPUs ``config``'s server needs and which it gets; never launches anything.
+
+        A plan with ``error`` set means the server will not be launched (``server`` raises).
+        """
+        with self._lock:
+            if config in self._gpu_plans:
+                return self._gpu_plans[config]
+            cfg = self.suite.server(config)
+            mode = self.mode_for(config)
+            try:
+                if cfg.gpus is not None:
+                    need = gpus.GpuNeed(cfg.gpus, f"gpus = {cfg.gpus} in the config")
+                else:
+                    flags, where = (cfg.command, "command") if cfg.command else (cfg.args, "args")
+                    need = gpus.gpus_from_flags(flags, where=f"server {config!r} {where}")
+            except InputError as exc:
+                plan = gpus.GpuPlan(gpus.GpuNeed(1, "unknown"), None, [], str(exc), str(exc))
+            else:
+                simulated = mode == "simulated"
+                visible = [] if simulated else self._visible_gpu_names()
+                plan = gpus.plan_gpus(
+                    need, visible, self.env, simulate=simulated, attached=mode == "attached"
+                )
+            self._gpu_plans[config] = plan
+            return plan
+
+    def gpu_text(self, config: str, xdist_workers: int | None = None) -> str:
+        """For the header: the GPUs ``config``'s server needs, why, and which it gets.
+
+        The xdist controller passes ``xdist_workers`` (its own environment names no worker), so
+        the header shows the slice of each worker, or the error every worker will raise.
+        """
+        plan = self.gpu_plan(config)
+        if not xdist_workers or gpus.worker_index(self.env) is not None or plan.ids is not None:
+            return plan.text
+        if plan.error or self.mode_for(config) == "attached":
+            return plan.text
+        n = xdist_workers
+        simulated = self.mode_for(config) == "simulated"
+        visible = [] if simulated else self._visible_gpu_names()
+        head = f"GPUs: {plan.need.count} ({plan.need.source})"
+        try:
+            slices = [
+                gpus.gpu_ids_for_worker(i, n, len(visible), plan.need.count, simulate=simulated)
+                for i in range(n)
+            ]
+        except gpus.GpuSliceError as exc:
+            return f"{head}; {exc}"
+        shown = "; ".join(
+            f"gw{i}: {','.join(map(str, ids)) or 'none'}" for i, ids in enumerate(slices)
+        )
+        return f"{head}; per xdist worker: {shown}"
 
     # -- servers ----------------------------------------------------------------------------
     def _state(self, config: str) -> _ConfigState:
@@ -194,24 +260,19 @@ class PerfRun:
                     assert url is not None
                     handle = attach(url, api_key=reveal(self.api_key))
                 else:
+                    plan = self.gpu_plan(config)
+                    if plan.error:  # said before anything of this config is launched
+                        state.error = f"config {config!r}: server not launched: {plan.error}"
+                        raise PointError(state.error)
                     self.stop_all()  # one launched server at a time per worker
-                    index = gpus.worker_index(self.env)
-                    count = gpus.worker_count(self.env)
-                    if self._gpu_names is None:
-                        self._gpu_names = (
-                            [] if mode == "simulated" else [g.name for g in detect_gpus()]
-                        )
-                    gpu_ids = gpus.gpu_ids_for_worker(
-                        index, count, len(self._gpu_names), cfg.gpus, simulate=mode == "simulated"
-                    )
                     handle = launch(
                         self._launch_config(cfg, mode),
                         log_dir=self.output_dir / "logs",
                         simulate=mode == "simulated",
                         require_real=self.require_real,
-                        gpu_ids=gpu_ids,
+                        gpu_ids=plan.ids,
                         health_timeout_s=self.launch_timeout_s,
-                        port_range=gpus.port_range_for_worker(index),
+                        port_range=gpus.port_range_for_worker(gpus.worker_index(self.env)),
                     )
             except (LaunchError, ValueError) as exc:
                 state.error = f"config {config!r}: server did not start: {exc}"
@@ -234,7 +295,41 @@ class PerfRun:
                 info = await get_server_info(http)
             return server_facts(info, url=handle.url, mode=mode)
 
-        return run_in_own_loop(probe, timeout_s=PROBE_TIMEOUT_S * 3)
+        facts = run_in_own_loop(probe, timeout_s=PROBE_TIMEOUT_S * 3)
+        kind = handle.kind
+        if kind is not None and kind.kind != "sglang":
+            # Recorded with the results: what the server was and how its cache was reset.
+            found = {
+                "server_kind": kind.kind,
+                "served_model": kind.served_model,
+                "cache_reset_route": kind.cache_reset_route,
+            }
+            facts = facts.model_copy(update={"server_args": {**facts.server_args, **found}})
+            if facts.model_path is None and kind.served_model:
+                facts = facts.model_copy(update={"model_path": kind.served_model})
+        return facts
+
+    def server_kind(self, config: str) -> ServerKind | None:
+        """What ``config``'s server turned out to be; reaches the server (attaching or
+        launching it) if it is not up yet. None when it could not be reached."""
+        try:
+            return self.server(config).kind
+        except PointError:
+            return None
+
+    def suggested_backend(self, config: str) -> Backend | None:
+        """The backend ``config``'s server takes (only SGLang takes ``/generate``); None when
+        the server could not be reached. The plugin uses it when no backend was set."""
+        kind = self.server_kind(config)
+        return kind.backend if kind is not None else None
+
+    def server_description(self, config: str) -> str | None:
+        """For the header: what the running server of ``config`` was found to be (None before
+        it is up)."""
+        state = self._states.get(config)
+        if state is None or state.handle is None or state.handle.kind is None:
+            return None
+        return state.handle.kind.describe()
 
     def facts(self, config: str) -> ServerFacts | None:
         return self._state(config).facts
@@ -265,6 +360,14 @@ class PerfRun:
                 if self.progress is not None:
                     self.progress(config, p)
 
+            kind = handle.kind
+            if workload.backend == "sglang" and kind is not None and kind.backend != "sglang":
+                raise PointError(
+                    f"config {config!r}: the server at {handle.url} is {kind.describe()}; it has"
+                    " no /generate, so the sglang backend cannot measure it: set the backend to"
+                    f" {kind.backend!r} (--llmperf-backend {kind.backend}, or backend= in the"
+                    " suite's [sweep] or the marker)"
+                )
             t0 = time.monotonic()
             try:
                 level = run_level(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pytest_llmperf.launch import launcher
+from pytest_llmperf.launch import launcher, reaper
 
 from ._helpers import wait_dead
 
@@ -22,7 +22,7 @@ def no_server_survives() -> Iterator[None]:
     strays = [
         p.pid
         for p in me.children(recursive=True)
-        if p.pid != launcher._WATCHDOG.pid and p.status() != psutil.STATUS_ZOMBIE
+        if p.pid != reaper.WATCHDOG.pid and p.status() != psutil.STATUS_ZOMBIE
     ]
     still = wait_dead(strays, 5.0)
     assert not leftovers, f"test left servers running: {leftovers} (pids {pids})"

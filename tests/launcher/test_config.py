@@ -40,7 +40,7 @@ def test_toml_loads(tmp_path: Path) -> None:
     path.write_text(TOML)
     plain, mtp = load_server_configs(path)
     assert plain.args == ("--tp", "2") and plain.env == {"SGLANG_FOO": "1"} and plain.gpus == 2
-    assert mtp.sim_profile == "h100-llama8b" and mtp.gpus == 1
+    assert mtp.sim_profile == "h100-llama8b" and mtp.gpus is None
 
 
 def test_yaml_loads(tmp_path: Path) -> None:
@@ -108,3 +108,53 @@ def test_other_file_problems(tmp_path: Path) -> None:
 def test_python_list_api() -> None:
     (cfg,) = server_configs_from_data([{"name": "a", "model": "m", "env": {"K": "v"}}])
     assert cfg.env == {"K": "v"}
+
+
+def test_command_server_config() -> None:
+    (cfg,) = server_configs_from_data(
+        [
+            {
+                "name": "llama",
+                "model": "small",
+                "command": ["llama-server", "-a", "{model}", "--host={host}", "--port", "{port}"],
+                "health": "/health",
+            }
+        ]
+    )
+    assert cfg.launch_argv(host="127.0.0.1", port=8123) == [
+        "llama-server",
+        "-a",
+        "small",
+        "--host=127.0.0.1",
+        "--port",
+        "8123",
+    ]
+    # Braces that are not placeholders (a JSON argument) pass through untouched.
+    (js,) = server_configs_from_data(
+        [{"name": "j", "model": "m", "command": ["srv", "{port}", '{"a": 1}']}]
+    )
+    assert js.launch_argv(host="h", port=1)[2] == '{"a": 1}'
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"command": []}, "server[0].command: must be a non-empty list"),
+        ({"command": ["srv", "{prot}"]}, "server[0].command: unknown placeholder(s) {prot}"),
+        ({"command": ["srv", "--port", "8000"]}, "server[0].command: must contain {port}"),
+        ({"command": "srv {port}"}, "server[0].command: Input should be a valid list"),
+        (
+            {"command": ["srv", "{port}"], "args": ["--tp", "2"]},
+            "server[0]: args: go to sglang.launch_server and are not used with 'command'",
+        ),
+        ({"health": "/health"}, "server[0]: health: only used with 'command'"),
+        (
+            {"command": ["srv", "{port}"], "health": "health"},
+            "server[0].health: 'health' is not a path; give one like '/health'",
+        ),
+    ],
+)
+def test_command_errors_name_the_field(entry: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        server_configs_from_data({"server": [{"name": "a", "model": "m", **entry}]}, source="s")
+    assert str(info.value) == f"s: {message}" or str(info.value).startswith(f"s: {message}")

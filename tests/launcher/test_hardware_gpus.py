@@ -64,7 +64,7 @@ def test_worker_identity() -> None:
     assert gpus.worker_count({}) == 1
 
 
-def test_gpu_slices() -> None:
+def test_gpu_slices_are_disjoint_or_refused() -> None:
     assert gpus.gpu_ids_for_worker(None, 1, 8, 2) == [0, 1]
     assert [gpus.gpu_ids_for_worker(i, 4, 8, 2) for i in range(4)] == [
         [0, 1],
@@ -72,12 +72,13 @@ def test_gpu_slices() -> None:
         [4, 5],
         [6, 7],
     ]
-    # More workers than slots: wrap around whole slots, and say that they share.
-    assert gpus.gpu_ids_for_worker(4, 6, 8, 2) == [0, 1]
-    assert gpus.gpu_ids_for_worker(1, 2, 3, 2) == [0, 1]
-    assert gpus.workers_share_gpus(6, 8, 2) and not gpus.workers_share_gpus(4, 8, 2)
+    # More workers than whole slices: refused, never shared.
+    with pytest.raises(gpus.GpuSliceError, match=r"6 xdist worker\(s\) x 2 GPU.* need 12 .* -n 4"):
+        gpus.gpu_ids_for_worker(4, 6, 8, 2)
+    with pytest.raises(gpus.GpuSliceError, match="only 3 are visible"):
+        gpus.gpu_ids_for_worker(1, 2, 3, 2)
     assert gpus.gpu_ids_for_worker(3, 4, 8, 0) == []
-    with pytest.raises(gpus.GpuSliceError, match="needs 4 GPU.* only 2 are visible"):
+    with pytest.raises(gpus.GpuSliceError, match="needs more GPUs than are visible"):
         gpus.gpu_ids_for_worker(0, 1, 2, 4)
 
 

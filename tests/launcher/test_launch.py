@@ -66,7 +66,7 @@ def test_never_healthy_times_out_and_is_killed(tmp_path: Path) -> None:
     with pytest.raises(ServerStartError, match=r"did not become healthy within 1.5 s") as info:
         launch(fake_config("never"), log_dir=tmp_path, simulate=False, health_timeout_s=1.5)
     print(f"never-healthy server: ServerStartError after {time.monotonic() - t0:.2f} s")
-    assert "last /health_generate: HTTP 503" in str(info.value)
+    assert "last: /health_generate: HTTP 503" in str(info.value)
     assert info.value.exit_code == -15  # it was running; the launcher stopped it
 
 
@@ -172,11 +172,11 @@ def test_interrupt_during_startup_stops_server(
 ) -> None:
     started: list[int] = []
 
-    def interrupted(client: object, url: str, deadline: float, proc: object) -> None:
+    def interrupted(client: object, url: str, deadline: float, proc: object, *a: object) -> None:
         started.append(proc.pid)  # type: ignore[attr-defined]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(launcher, "_poll_health", interrupted)
+    monkeypatch.setattr(launcher, "poll_ready", interrupted)
     with pytest.raises(KeyboardInterrupt):
         launch(fake_config("ignore_term"), log_dir=tmp_path, simulate=False)
     assert launcher.live_servers() == [] and wait_dead(started, 5.0) == []
@@ -194,6 +194,10 @@ def test_attach(tmp_path: Path) -> None:
     with launch(fake_config("healthy"), log_dir=tmp_path, simulate=False) as server:
         attached = attach(server.url + "/", api_key=SECRET, timeout_s=5)
         assert attached.mode == "attached" and attached.url == server.url
+        assert attached.kind is not None and attached.kind.kind == "sglang"
+        assert (
+            attached.kind.health_route == "/health_generate" and attached.kind.backend == "sglang"
+        )
         assert attached.pid is None and attached.log_path is None and attached.log_tail() == ""
         assert SECRET not in repr(attached)
         attached.close()
@@ -206,7 +210,8 @@ def test_attach_failures(tmp_path: Path) -> None:
         dead_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     t0 = time.monotonic()
     with pytest.raises(
-        AttachError, match=r"did not answer GET /health_generate with 200 within 1 s"
+        AttachError,
+        match=r"did not answer any of GET /health_generate, /health, /v1/models with 200 within 1",
     ):
         attach(dead_url, timeout_s=1.0)
     print(f"attach to closed port: AttachError after {time.monotonic() - t0:.2f} s")
@@ -221,7 +226,7 @@ def test_attach_to_unhealthy() -> None:
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
     try:
-        with pytest.raises(AttachError, match=r"within 2 s \(last: HTTP 503\)"):
+        with pytest.raises(AttachError, match=r"within 2 s \(last: /health_generate: HTTP 503\)"):
             attach(f"http://127.0.0.1:{port}", timeout_s=2.0)
     finally:
         proc.kill()

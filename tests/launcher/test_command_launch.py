@@ -1,0 +1,102 @@
+"""Servers launched from a config's own ``command``: waited for on their health path, logged
+and torn down like SGLang. The llama-server test runs only where the binary is given by
+``LLMPERF_LLAMA_SERVER`` (model: ``LLMPERF_LLAMA_MODEL``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pytest_llmperf.base.results import Workload
+from pytest_llmperf.launch import launcher
+from pytest_llmperf.launch.launcher import LaunchError, ServerStartError, launch
+from pytest_llmperf.launch.server_config import ServerConfig
+from pytest_llmperf.run.perfrun import PerfRun
+from pytest_llmperf.run.suite import suite_from_data
+from tests.launcher._helpers import is_alive
+
+HTTP_SERVER = [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"]
+
+
+def test_command_server_is_launched_waited_for_and_stopped(tmp_path: Path) -> None:
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "ready").write_text("ok")
+    cfg = ServerConfig(
+        name="http",
+        model="none",
+        command=(*HTTP_SERVER, "--directory", str(tmp_path / "www")),
+        health="/ready",
+        launch_timeout_s=30,
+    )
+    with launch(cfg, log_dir=tmp_path / "logs", simulate=None) as handle:
+        assert handle.mode == "launched" and handle.pid is not None
+        assert handle.argv[:3] == [sys.executable, "-m", "http.server"]
+        assert handle.argv[3] == handle.url.rsplit(":", 1)[1]  # {port} substituted
+        assert handle.kind is not None and handle.kind.health_route == "/ready"
+        assert handle.kind.kind == "openai-compatible" and handle.kind.served_model is None
+        assert httpx.get(f"{handle.url}/ready", trust_env=False).text == "ok"
+        assert launcher.live_servers() == [handle]
+        pid = handle.pid
+    assert handle.closed and not is_alive(pid) and launcher.live_servers() == []
+    log = handle.log_path
+    assert log is not None and "# llmperf: launched 'http' attempt 1" in log.read_text()
+    assert '"GET /ready HTTP/1.1" 200' in log.read_text()  # the server's own output is logged
+
+
+def test_command_server_that_never_gets_healthy(tmp_path: Path) -> None:
+    cfg = ServerConfig(name="http", model="none", command=tuple(HTTP_SERVER), health="/nope")
+    with pytest.raises(ServerStartError, match=r"did not become healthy within 2 s") as info:
+        launch(cfg, log_dir=tmp_path, health_timeout_s=2.0)
+    assert "/nope: HTTP 404" in str(info.value) and info.value.exit_code == -15
+
+
+def test_missing_command_binary_names_the_field(tmp_path: Path) -> None:
+    cfg = ServerConfig(name="x", model="m", command=("/nonexistent/server", "{port}"))
+    with pytest.raises(LaunchError, match=r"'x'.command\[0\]: cannot start /nonexistent/server"):
+        launch(cfg, log_dir=tmp_path)
+
+
+LLAMA = os.environ.get("LLMPERF_LLAMA_SERVER")
+LLAMA_MODEL = os.environ.get(
+    "LLMPERF_LLAMA_MODEL", str(Path("~/.cache/llmperf-peers/models/small-llama.gguf").expanduser())
+)
+
+
+@pytest.mark.skipif(not LLAMA, reason="set LLMPERF_LLAMA_SERVER to a llama-server binary")
+def test_llama_server_via_command(tmp_path: Path) -> None:
+    assert LLAMA is not None
+    if not Path(LLAMA_MODEL).is_file():
+        pytest.fail(f"LLMPERF_LLAMA_SERVER is set but the model {LLAMA_MODEL} does not exist")
+    command = [LLAMA, "-m", LLAMA_MODEL, "-a", "{model}", "--host", "{host}", "--port", "{port}"]
+    command += ["-np", "4", "-c", "4096", "-t", "1", "--no-webui", "--metrics"]
+    suite = suite_from_data(
+        {
+            "server": [
+                {"name": "llama", "model": "small", "command": command, "launch_timeout_s": 120}
+            ]
+        },
+        source="test",
+    )
+    run = PerfRun(suite=suite, output_dir=tmp_path, env=dict(os.environ))
+    assert run.mode_for("llama") == "launched"
+    try:
+        handle = run.server("llama")
+        assert handle.kind is not None and handle.kind.health_route == "/health"
+        assert handle.kind.served_model == "small" and handle.kind.backend == "openai"
+        assert run.suggested_backend("llama") == "openai"
+        wl = Workload(backend="openai", input_len=32, output_len=8, requests_per_level=4)
+        level = run.measure("llama", wl, 2)
+        print(
+            f"llama-server C=2: {level.completed}/{level.num_requests} ok, "
+            f"{level.output_throughput:.1f} tok/s, median TTFT {level.median_ttft_ms} ms"
+        )
+        assert level.completed >= 1 and level.total_output_tokens >= 8
+        pid = handle.pid
+        assert pid is not None
+    finally:
+        run.close()
+    assert not is_alive(pid)
