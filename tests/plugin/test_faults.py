@@ -131,7 +131,7 @@ def test_server_never_healthy(two: pytest.Pytester) -> None:
         [
             "*ERROR at setup of test_sweep[[]plain-C1[]]*",
             "config 'plain': server did not start: simulated server 'plain' (http://127.0.0.1:*)"
-            " did not become healthy within 3 s (last /health_generate: HTTP 503).",
+            " did not become healthy within 3 s (last: /health_generate: HTTP 503).",
             f"  log: {two.path}/llmperf-results/logs/plain-*.log",
             "  last 30 log lines:",
             "*Simulated fault hang-on-start: warmup will never finish.",
