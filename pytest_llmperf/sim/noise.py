@@ -14,8 +14,8 @@ Four terms multiply or extend the model's step time (``perf_model`` gives the qu
 * **per-step jitter** (``--sim-step-jitter J``): each step x uniform ``[1 - J, 1 + J]``
   (the profile's ``step_jitter``; drawn by the engine's seed-only RNG).
 * **stalls** (``--sim-stall-rate R``, ``--sim-stall-ms M``): a Poisson process of rate ``R`` per
-  second of busy engine time; each stall that lands inside a step adds ``M`` ms to it (a stall
-  during idle time is not felt: nothing was running).
+  second of busy engine time (stall time included); each stall that lands inside a step adds
+  ``M`` ms to it. A stall during idle time is not felt: nothing was running.
 
 Drift period and stalls are in model time: with ``--sim-time-scale S`` the period and the stall
 length stretch by ``S`` and the rate shrinks by ``S``, like every step cost. All terms apply in
