@@ -31,6 +31,7 @@ import random
 import time
 from dataclasses import dataclass
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.profile import NoiseSpec, Profile
 
@@ -83,6 +84,11 @@ def noise_spec(profile: Profile, knobs: ServerKnobs) -> NoiseSpec:
     if spec.step_jitter == 0 and profile.step_jitter > 0:  # the older top-level field
         spec = spec.model_copy(update={"step_jitter": profile.step_jitter})
     if knobs.sim_noise is not None:
+        if knobs.sim_noise not in NOISE_PRESETS:
+            raise InputError(
+                f"--sim-noise {knobs.sim_noise!r} is not a noise preset; "
+                f"choose one of {', '.join(NOISE_PRESETS)}"
+            )
         spec = NOISE_PRESETS[knobs.sim_noise]
     flags = {
         "launch_speed_sd": knobs.sim_launch_speed_sd,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.sim.args import parse_args
 from pytest_llmperf.sim.engine import SimEngine
 from pytest_llmperf.sim.knobs import ServerKnobs
@@ -160,6 +161,8 @@ def test_gpu_shared_preset_and_flag_overrides() -> None:
     assert model.step_jitter == preset.step_jitter
     assert parse_args(["--sim-step-jitter", "0.04"]).knobs.sim_step_jitter == 0.04
     assert noise_spec(profile, ServerKnobs(sim_noise="quiet")) == NoiseSpec()
+    with pytest.raises(InputError, match="--sim-noise 'loud'"):
+        resolve(profile, ServerKnobs(sim_noise="loud"))
 
 
 @pytest.mark.parametrize(
