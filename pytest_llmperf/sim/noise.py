@@ -4,9 +4,11 @@ Four terms multiply or extend the model's step time (``perf_model`` gives the qu
 
 * **launch speed** (``--sim-launch-speed-sd SD``): one factor per launch, ``exp(SD * z)`` with
   ``z ~ N(0, 1)`` clipped to +-3 (median 1, >1 = slower), drawn from ``random.Random`` seeded by
-  ``--sim-seed`` and the launch nonce. The nonce defaults to ``<pid>-<time_ns>``, so two launches
-  differ; pass ``--sim-launch-nonce N`` (with the same ``--sim-seed``) to reproduce a launch. It
-  multiplies every step cost, like ``--sim-jitter`` (which is seeded by ``--sim-seed`` alone).
+  ``--sim-seed`` and the launch nonce. The nonce defaults to ``<pid>-<time_ns>-<n>``, so two
+  launches differ; it is logged at start ("Simulated noise: ... nonce N") and served on
+  ``/_sim/ground_truth``; pass ``--sim-launch-nonce N`` with the same ``--sim-seed`` to reproduce
+  a launch (its factor, drift and stalls). It multiplies every step cost, like ``--sim-jitter``
+  (which is seeded by ``--sim-seed`` alone, so equal seeds give equal factors).
 * **drift** (``--sim-drift-sd SD``, ``--sim-drift-period P``): a slow random walk within a run.
   ``x`` is an Ornstein-Uhlenbeck process in engine time, stationary sd ``SD``, autocorrelation
   ``exp(-dt / P)``, started from its stationary law; each step takes ``exp(x - SD**2 / 2)`` times
@@ -25,6 +27,7 @@ real time (the server) and in virtual time (``sim/virtual.py``): the engine call
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -102,9 +105,13 @@ def noise_spec(profile: Profile, knobs: ServerKnobs) -> NoiseSpec:
     return NoiseSpec.model_validate({**spec.model_dump(), **update}) if update else spec
 
 
+_RESOLVES = itertools.count()
+
+
 def launch_nonce() -> str:
-    """A nonce that differs between launches (and between resolves in one process)."""
-    return f"{os.getpid()}-{time.time_ns()}"
+    """A nonce that differs between launches (and between resolves in one process, even on a
+    coarse clock: the counter)."""
+    return f"{os.getpid()}-{time.time_ns()}-{next(_RESOLVES)}"
 
 
 def launch_speed_factor(seed: int, nonce: str, sd: float) -> float:
