@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from pytest_llmperf.sim.faults import FAULT_HELP, Faults, build_faults, parse_fault
 from pytest_llmperf.sim.knobs import ServerKnobs
+from pytest_llmperf.sim.noise import NOISE_PRESETS
 
 _SLOWDOWN_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*:\s*([0-9.]+)\s*$")
 
@@ -36,8 +37,8 @@ def parse_slowdown(value: str) -> tuple[int, int, float]:
 
 def _positive_float(value: str) -> float:
     f = float(value)
-    if f <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value!r}")
+    if not 0 < f < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
     return f
 
 
@@ -52,6 +53,38 @@ def _template_overhead(value: str) -> tuple[int, int]:
     if per_msg < 0 or const < 0:
         raise argparse.ArgumentTypeError(f"chat template overhead {value!r} must be >= 0")
     return per_msg, const
+
+
+def _fraction(value: str) -> float:
+    f = float(value)
+    if not 0 <= f <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value!r}")
+    return f
+
+
+def _non_negative(value: str) -> float:
+    f = float(value)
+    if not f >= 0 or f == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value!r}")
+    return f
+
+
+def _step_jitter(value: str) -> float:
+    f = float(value)
+    if not 0 <= f < 0.5:
+        raise argparse.ArgumentTypeError(f"must be in [0, 0.5), got {value!r}")
+    return f
+
+
+_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+\-]*$")
+
+
+def _version(value: str) -> str:
+    if not _VERSION_RE.match(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid version {value!r}; expected a release such as 0.5.9 or 0.5.10rc0"
+        )
+    return value
 
 
 def _positive_int(value: str) -> int:
@@ -186,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve at most N responses per connection (cpp-httplib: 100); the Nth carries "
         "'Connection: close' and the server closes the connection after it",
     )
+    _add_realism_flags(p)
     s.add_argument(
         "--sim-fault",
         type=parse_fault,
@@ -195,6 +229,98 @@ def build_parser() -> argparse.ArgumentParser:
         help="inject a failure (repeatable); values listed below",
     )
     return p
+
+
+def _add_realism_flags(p: argparse.ArgumentParser) -> None:
+    """Noise like a shared GPU box, start-up time, accept length and version (sim/noise.py)."""
+    n = p.add_argument_group(
+        "simulator noise and regressions",
+        "Noise terms multiply step time; unset flags take the --sim-noise preset, else the "
+        "profile's 'noise' (quiet by default). Exact semantics: pytest_llmperf/sim/noise.py.",
+    )
+    n.add_argument(
+        "--sim-noise",
+        choices=tuple(NOISE_PRESETS),
+        default=None,
+        help="noise preset: quiet (no noise, the calibrated default) or gpu-shared (launch "
+        "speed sd 0.15, drift sd 0.10 over 30 s, step jitter 0.02, a 250 ms stall every 50 s "
+        "on average); explicit --sim-* noise flags override single terms",
+    )
+    n.add_argument(
+        "--sim-launch-speed-sd",
+        type=_fraction,
+        default=None,
+        metavar="SD",
+        help="per-launch speed: every step takes exp(SD*z) longer, z ~ N(0,1) clipped to +-3, "
+        "drawn from --sim-seed and the launch nonce (differs per launch)",
+    )
+    n.add_argument(
+        "--sim-launch-nonce",
+        default=None,
+        metavar="NONCE",
+        help="fix the launch nonce (default: pid and clock, logged at start) to reproduce a "
+        "launch's speed factor, drift and stalls together with the same --sim-seed",
+    )
+    n.add_argument(
+        "--sim-drift-sd",
+        type=_fraction,
+        default=None,
+        metavar="SD",
+        help="within-run drift: step time x exp(x - SD^2/2), x an Ornstein-Uhlenbeck walk with "
+        "stationary sd SD",
+    )
+    n.add_argument(
+        "--sim-drift-period",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="correlation time of the drift (default 60; gpu-shared: 30)",
+    )
+    n.add_argument(
+        "--sim-step-jitter",
+        type=_step_jitter,
+        default=None,
+        metavar="J",
+        help="per-step jitter: each step x uniform [1-J, 1+J] (overrides the profile's)",
+    )
+    n.add_argument(
+        "--sim-stall-rate",
+        type=_non_negative,
+        default=None,
+        metavar="PER_S",
+        help="rare stalls: Poisson rate per second of busy engine time",
+    )
+    n.add_argument(
+        "--sim-stall-ms",
+        type=_non_negative,
+        default=None,
+        metavar="MS",
+        help="each stall adds MS milliseconds to the step it lands in",
+    )
+    n.add_argument(
+        "--sim-load-time",
+        type=_non_negative,
+        default=0.0,
+        metavar="SECONDS",
+        help="model-load time: the port binds (so /health_generate can answer 200 and the "
+        "ready line prints) SECONDS after 'Load weight begin' (default 0)",
+    )
+    n.add_argument(
+        "--sim-accept-scale",
+        type=_positive_float,
+        default=1.0,
+        metavar="F",
+        help="multiply the profile's speculative accept length (kept within [1, steps+1]); "
+        "0.8 simulates 'accept length fell after an upgrade'",
+    )
+    n.add_argument(
+        "--sim-version",
+        type=_version,
+        default=None,
+        metavar="X.Y.Z",
+        help="version the server reports (/server_info 'version'; /version with --sim-api "
+        "vllm), e.g. to show which release a bisect measured",
+    )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SimArgs:
@@ -244,6 +370,17 @@ def parse_args(argv: Sequence[str] | None = None) -> SimArgs:
         disable_radix_cache=ns.disable_radix_cache or ns.enable_prefix_caching is False,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         sim_keepalive_max_requests=ns.sim_keepalive_max_requests,
+        sim_noise=ns.sim_noise,
+        sim_launch_speed_sd=ns.sim_launch_speed_sd,
+        sim_launch_nonce=ns.sim_launch_nonce,
+        sim_drift_sd=ns.sim_drift_sd,
+        sim_drift_period=ns.sim_drift_period,
+        sim_step_jitter=ns.sim_step_jitter,
+        sim_stall_rate=ns.sim_stall_rate,
+        sim_stall_ms=ns.sim_stall_ms,
+        sim_load_time=ns.sim_load_time,
+        sim_accept_scale=ns.sim_accept_scale,
+        sim_version=ns.sim_version,
         unknown_args=tuple(unknown),
     )
     return SimArgs(

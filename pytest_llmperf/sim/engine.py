@@ -25,6 +25,7 @@ from typing import Any
 
 from pytest_llmperf.sim.engine_api import EngineStats, SimRequest, TokenEvent
 from pytest_llmperf.sim.knobs import ServerKnobs
+from pytest_llmperf.sim.noise import StepNoise
 from pytest_llmperf.sim.perf_model import ResolvedModel, resolve, slowdown_factor
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,12 @@ class SimEngine:
         # Hot-loop constants.
         self._spec = model.spec
         self._interval = max(1, model.knobs.decode_log_interval)
+        noise = model.noise
+        self._noise = (
+            StepNoise(noise, seed, model.time_scale)
+            if noise is not None and noise.stepwise
+            else None
+        )
 
     # -- clock -----------------------------------------------------------------------------
     @property
@@ -206,6 +213,8 @@ class SimEngine:
         return {
             "clock": "virtual" if self.virtual else "monotonic",
             "speed_factor": self.model.speed_factor,
+            "launch_nonce": None if self.model.noise is None else self.model.noise.nonce,
+            "stalls": 0 if self._noise is None else self._noise.stalls,
             "reanchors": self.reanchors,
             "fields": [
                 "rid",
@@ -230,7 +239,7 @@ class SimEngine:
                 self._wake.clear()
                 await self._wake.wait()
                 anchor = time.monotonic()
-            due = anchor + self._plan()
+            due = anchor + self._plan(anchor)
             delay = due - time.monotonic()
             if delay <= 0:
                 await asyncio.sleep(0)  # let the HTTP front run even when behind
@@ -251,7 +260,7 @@ class SimEngine:
         """Virtual time: run one scheduler step; return its duration (0.0 when idle)."""
         if self.is_idle():
             return 0.0
-        d = self._plan()
+        d = self._plan(self._vnow)
         self._vnow += d
         self._commit(self._vnow)
         return d
@@ -270,8 +279,8 @@ class SimEngine:
         self._vnow = max(self._vnow, t)
 
     # -- scheduler ---------------------------------------------------------------------------
-    def _plan(self) -> float:
-        """Admit, pick this step's prefill chunk and return the step's duration in seconds."""
+    def _plan(self, start: float) -> float:
+        """Admit, pick the prefill chunk; return the duration of the step starting at ``start``."""
         waiting, prefilling = self._waiting, self._prefilling
         cap, budget = self._cap, self._budget
         while waiting and len(self._running) + len(prefilling) < cap:
@@ -325,6 +334,8 @@ class SimEngine:
             t *= slowdown_factor(m, batch)
         if m.step_jitter:
             t *= 1.0 + self._rng.uniform(-m.step_jitter, m.step_jitter)
+        if self._noise is not None:
+            t = self._noise.apply(start, t)
         return t
 
     def _commit(self, t: float) -> None:

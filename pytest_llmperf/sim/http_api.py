@@ -247,7 +247,7 @@ class SglangApi(GenerationRoutes):
             "max_total_num_tokens": s.max_total_num_tokens,
             "max_req_input_len": max_req_input,
             "internal_states": states,
-            "version": SGLANG_VERSION,
+            "version": self.server.knobs.sim_version or SGLANG_VERSION,
             # Simulator-only fields: never present on a real SGLang server.
             "simulated": True,
             "sim_profile": self._profile_name(),

@@ -57,4 +57,16 @@ class ServerKnobs:
     # the assistant header
     sim_chat_template_overhead: tuple[int, int] = (5, 5)
     sim_keepalive_max_requests: int | None = None
+    # Shared-GPU noise (sim/noise.py): a preset name, then per-term overrides (None = unset).
+    sim_noise: str | None = None  # "quiet" or "gpu-shared"; None: the profile's noise
+    sim_launch_speed_sd: float | None = None
+    sim_launch_nonce: str | None = None  # None: a fresh nonce per launch (pid and clock)
+    sim_drift_sd: float | None = None
+    sim_drift_period: float | None = None  # seconds
+    sim_step_jitter: float | None = None
+    sim_stall_rate: float | None = None  # stalls per second of busy time
+    sim_stall_ms: float | None = None
+    sim_load_time: float = 0.0  # seconds of model load before the port binds
+    sim_accept_scale: float = 1.0  # x the profile's speculative accept length
+    sim_version: str | None = None  # SGLang (or vLLM) version the server reports
     unknown_args: tuple[str, ...] = field(default_factory=tuple)

@@ -17,6 +17,7 @@ SPEC_CAP_WARNING = (
     "Max running requests is reset to 48 for speculative decoding. You can override this "
     "by explicitly setting --max-running-requests."
 )
+LOAD_BEGIN = "Load weight begin."  # the startup line model loading follows (perf_model)
 OOM_LINE = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
 
 
@@ -65,8 +66,21 @@ async def run_main(args: SimArgs) -> int:
         log.error("Scheduler hit an exception: Traceback (most recent call last):")
         log.error(OOM_LINE + " (simulated: --sim-fault crash-on-start)")
         return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
     for line in lines:
         log.info(line)
+        if line.startswith(LOAD_BEGIN) and knobs.sim_load_time > 0:
+            # Model load: SGLang binds its port only after the weights are in, so until then
+            # /health_generate is refused and no ready line can print.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), knobs.sim_load_time)
+            if stop.is_set():
+                log.info("Shutting down during model load")
+                return 0
     server = SimServer(
         knobs,
         faults=faults,
@@ -75,11 +89,6 @@ async def run_main(args: SimArgs) -> int:
         trust_remote_code=args.trust_remote_code,
         unknown_args=args.unknown_args,
     )
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
     except OSError as e:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.sim.knobs import ServerKnobs
+from pytest_llmperf.sim.noise import NoiseSettings, resolve_noise
 from pytest_llmperf.sim.profile import Profile, load_profile
 
 GIB = float(1 << 30)
@@ -89,10 +90,11 @@ class ResolvedModel:
     prefill_per_token_s: float
     prefill_base_s: float
     step_jitter: float
-    speed_factor: float  # >1 = slower; drawn once per process from sim_seed and sim_jitter
+    speed_factor: float  # >1 = slower: --sim-jitter's factor x the launch speed factor
     time_scale: float
     slowdown: tuple[tuple[int, int, float], ...]
     memory_gb: dict[str, float] = field(default_factory=dict)  # weight/kvcache/graph per GPU
+    noise: NoiseSettings | None = None  # shared-GPU noise (sim/noise.py); None: quiet
 
 
 def gpu_memory_defaults(gpu_memory_gb: float, tp_size: int) -> tuple[int, int]:
@@ -220,8 +222,11 @@ def _resolve_spec(profile: Profile, knobs: ServerKnobs, logs: list[str]) -> Spec
     if topk == 1 and draft != steps + 1:
         logs.append(SPEC_DRAFT_ADJUST_WARNING)
         draft = steps + 1
+    # --sim-accept-scale: "accept length fell after an upgrade"; a mean stays in [1, ref + 1].
+    ref_mean = spec.accept_length_mean * knobs.sim_accept_scale
+    ref_mean = min(max(ref_mean, 1.0), spec.accept_ref_num_steps + 1.0)
     mean, values, cdf = accept_distribution(
-        spec.accept_length_mean, spec.accept_ref_num_steps, steps, spec.accept_length_spread
+        ref_mean, spec.accept_ref_num_steps, steps, spec.accept_length_spread
     )
     return SpecParams(
         algorithm="EAGLE" if algo == "NEXTN" else algo,
@@ -309,7 +314,8 @@ def resolve(profile: Profile | str | None, knobs: ServerKnobs) -> tuple[Resolved
     cuda_graph = not knobs.disable_cuda_graph
     graph_bs = min(graph_bs, per_dp) if cuda_graph else 0
     graph_gb = graph_bs * 2 / 1024 if cuda_graph else 0.0
-    factor = speed_factor(knobs.sim_seed, knobs.sim_jitter)
+    noise = resolve_noise(profile, knobs)
+    factor = speed_factor(knobs.sim_seed, knobs.sim_jitter) * noise.launch_speed_factor
     scale = factor * knobs.sim_time_scale
     st, pf = profile.step, profile.prefill
 
@@ -320,9 +326,12 @@ def resolve(profile: Profile | str | None, knobs: ServerKnobs) -> tuple[Resolved
         f"Simulated SGLang server: profile {profile.name} ({hw.gpu_name} x{tp}, "
         f"{mdl.model_path}), speed factor {factor:.3f}, time scale {knobs.sim_time_scale:g}"
     )
+    if not noise.quiet:
+        logs.append(f"Simulated noise: {noise.describe()}")
     logs.append(f"Load weight begin. avail mem={avail_before:.2f} GB")
     logs.append(
-        f"Load weight end. elapsed=0.00 s, type={mdl.architecture}, dtype=torch.bfloat16, "
+        f"Load weight end. elapsed={knobs.sim_load_time:.2f} s, type={mdl.architecture}, "
+        "dtype=torch.bfloat16, "
         f"avail mem={avail_before - weights:.2f} GB, mem usage={weights:.2f} GB."
     )
     if spec is not None and draft_weights > 0:
@@ -375,7 +384,7 @@ def resolve(profile: Profile | str | None, knobs: ServerKnobs) -> tuple[Resolved
         no_cuda_graph_factor=st.no_cuda_graph_factor,
         prefill_per_token_s=pf.per_token_us / 1e6 * scale,
         prefill_base_s=pf.base_ms / 1e3 * scale,
-        step_jitter=profile.step_jitter,
+        step_jitter=noise.spec.step_jitter,
         speed_factor=factor,
         time_scale=knobs.sim_time_scale,
         slowdown=tuple(knobs.sim_slowdown),
@@ -385,6 +394,7 @@ def resolve(profile: Profile | str | None, knobs: ServerKnobs) -> tuple[Resolved
             "token_capacity": float(tokens),
             "graph": round(graph_gb, 3),
         },
+        noise=None if noise.quiet else noise,
     )
     if spec is not None:
         model = _scale_spec(model, scale)

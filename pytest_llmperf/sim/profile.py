@@ -121,6 +121,31 @@ class SpecDecodeSpec(_Strict):
     )
 
 
+class NoiseSpec(_Strict):
+    """Noise like a shared GPU box; all zero (the default) is the quiet, calibrated simulator.
+
+    Exact semantics in ``sim/noise.py``. Times are model time: ``--sim-time-scale`` stretches the
+    drift period and the stalls like every step cost.
+    """
+
+    launch_speed_sd: float = Field(
+        default=0.0, ge=0, le=1, description="per launch: step time x exp(sd*z), z ~ N(0,1)"
+    )
+    drift_sd: float = Field(
+        default=0.0, ge=0, le=1, description="within a run: sd of the log step-time random walk"
+    )
+    drift_period_s: float = Field(
+        default=60.0, gt=0, description="correlation time of the drift (Ornstein-Uhlenbeck)"
+    )
+    step_jitter: float = Field(
+        default=0.0, ge=0, lt=0.5, description="per step: uniform +- fraction on step time"
+    )
+    stall_rate_per_s: float = Field(
+        default=0.0, ge=0, description="rare stalls: Poisson rate per second of busy time"
+    )
+    stall_ms: float = Field(default=0.0, ge=0, description="each stall adds this to its step")
+
+
 class Profile(_Strict):
     schema_version: Literal[1]
     name: str
@@ -132,6 +157,9 @@ class Profile(_Strict):
     spec: SpecDecodeSpec | None = None
     step_jitter: float = Field(
         default=0.0, ge=0, lt=0.5, description="per-step random noise, fraction (uniform +-)"
+    )
+    noise: NoiseSpec = Field(
+        default_factory=NoiseSpec, description="shared-GPU noise; --sim-noise replaces it"
     )
 
 

@@ -108,7 +108,7 @@ class VllmApi(SglangApi):
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return json_response({"version": VLLM_VERSION})
+        return json_response({"version": self.server.knobs.sim_version or VLLM_VERSION})
 
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
         if self.server.prefix_cache is not None:
