@@ -156,7 +156,7 @@ class LLMPerfSession:
         )
         if config is not None and not chosen:
             run = self.perf_run(suite)
-            if run.mode_for(config) == "attached":
+            if run.url_for(config):  # attached: ask the server which API it speaks
                 backend = run.suggested_backend(config) or backend
         return Workload(
             backend=backend,
