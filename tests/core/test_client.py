@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_llmperf.core.client import GenerateStreamParser, LoadGenerator, request_body
+from pytest_llmperf.core.client import LoadGenerator, request_body
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.sse import DONE, SSEDecoder
+from pytest_llmperf.core.stream_parsers import GenerateStreamParser
 
 from .fake_server import FakeServer
 
