@@ -126,6 +126,8 @@ class LevelResult(_Model):
     queueing: bool = False
     # Open-loop (request_rate) levels only: how late requests left against their schedule.
     schedule_lag_p99_ms: float | None = None
+    # Requests re-sent once on a new connection because a pooled keep-alive one was dead.
+    connection_retries: int = 0
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # distinct messages, capped
     client: ClientHealth | None = None

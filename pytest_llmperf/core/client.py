@@ -75,15 +75,25 @@ class _ArrivalStamper(ResponseHandler):
         super().data_received(data)
 
 
-def make_session(read_bufsize: int = STREAM_READ_BUFSIZE) -> aiohttp.ClientSession:
+def make_session(
+    read_bufsize: int = STREAM_READ_BUFSIZE,
+    *,
+    force_close: bool = False,
+    trace_configs: list[aiohttp.TraceConfig] | None = None,
+) -> aiohttp.ClientSession:
     """An aiohttp session with no connection cap and no total timeout.
 
     Concurrency is bounded by the sweep's workers, not by the pool: a pool limit below C
     would queue requests inside the client and show up as TTFT. Must be created inside the
     running loop that will use it. Environment proxies are ignored (loopback benchmarks must
-    not detour through one).
+    not detour through one). ``force_close``: every request on its own new connection.
     """
-    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=75.0)
+    conn = aiohttp.TCPConnector(
+        limit=0,
+        limit_per_host=0,
+        keepalive_timeout=None if force_close else 75.0,
+        force_close=force_close,
+    )
     # aiohttp has no public hook for its connection protocol; every connector has built it with
     # self._factory since 3.0. Should that change, streams fall back to stamping on resume.
     if callable(getattr(conn, "_factory", None)):
@@ -94,7 +104,50 @@ def make_session(read_bufsize: int = STREAM_READ_BUFSIZE) -> aiohttp.ClientSessi
         read_bufsize=read_bufsize,
         timeout=aiohttp.ClientTimeout(total=None),
         trust_env=False,
+        trace_configs=trace_configs,
     )
+
+
+class _Attempt:
+    """What one try of a request learned about its connection (aiohttp trace context)."""
+
+    __slots__ = ("answered", "reused")
+
+    def __init__(self) -> None:
+        self.reused = False  # the connection came from the keep-alive pool
+        self.answered = False  # response headers arrived: the server saw the request
+
+
+async def _on_reuse(
+    _session: aiohttp.ClientSession,
+    ctx: Any,
+    _params: aiohttp.TraceConnectionReuseconnParams,
+) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.reused = True
+
+
+def _reuse_tracer() -> aiohttp.TraceConfig:
+    tc = aiohttp.TraceConfig()
+    tc.on_connection_reuseconn.append(_on_reuse)
+    tc.freeze()
+    return tc
+
+
+def _never_reached_server(e: BaseException) -> bool:
+    """Whether a failure before any response byte proves the server did not read the request.
+
+    A pooled connection the server had already closed (an idle keep-alive timeout, or a server
+    that closes after every response without saying ``Connection: close``) fails in one of two
+    ways: the body cannot be written (the transport is closing: aiohttp's "Can not write
+    request body") or the server's FIN comes before any answer (``ServerDisconnectedError``).
+    A reset (RST) after the request was written may come from a server that read it, so it is
+    not one of these.
+    """
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(e, aiohttp.ClientOSError) and "write request body" in str(e)
 
 
 def make_http_client(
@@ -200,10 +253,12 @@ class LoadGenerator:
             total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout_s
         )
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
         self._http: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> LoadGenerator:
-        self._session = make_session()
+        self._session = make_session(trace_configs=[_reuse_tracer()])
+        self._fresh_session = make_session(force_close=True)
         self._http = make_http_client(
             self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s
         )
@@ -222,6 +277,9 @@ class LoadGenerator:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._fresh_session is not None:
+            await self._fresh_session.close()
+            self._fresh_session = None
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -236,6 +294,13 @@ class LoadGenerator:
         if self._session is None:
             raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
         return self._session
+
+    @property
+    def fresh_session(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection per request (retries after a stale one)."""
+        if self._fresh_session is None:
+            raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
+        return self._fresh_session
 
     async def resolve_model(self) -> str:
         """The served model name from ``/v1/models`` (OpenAI APIs require one)."""
@@ -276,25 +341,23 @@ class LoadGenerator:
             t_scheduled=t_scheduled,
         )
         rec.t_send = time.perf_counter()
+        attempt = _Attempt()
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                async with session.post(
-                    self._url,
-                    data=payload,
-                    headers=self._headers,
-                    timeout=self._timeout,
-                    allow_redirects=False,
-                ) as resp:
-                    if resp.status != 200:
-                        await _fail_from_body(rec, resp)
-                    else:
-                        conn = resp.connection
-                        proto = conn.protocol if conn is not None else None
-                        stamper = proto if isinstance(proto, _ArrivalStamper) else None
-                        if self.backend == "sglang":
-                            await self._stream_generate(rec, resp.content, stamper)
-                        else:
-                            await self._stream_openai(rec, resp.content, stamper)
+                try:
+                    await self._attempt(rec, session, payload, attempt)
+                except aiohttp.ClientError as e:
+                    # Retried once, on a new connection, only when a pooled connection died
+                    # before any response byte in a way that shows the server never read this
+                    # request. A fresh connection's failure, a reset after the request was
+                    # written, or anything after the headers is never re-sent.
+                    if attempt.answered or not attempt.reused or not _never_reached_server(e):
+                        raise
+                    rec.retries += 1
+                    # The start stamp belongs to the attempt that succeeds (this one): the
+                    # dead connection's milliseconds are the client's, not the server's.
+                    rec.t_send = time.perf_counter()
+                    await self._attempt(rec, self.fresh_session, payload, _Attempt())
         except aiohttp.ClientError as e:  # before TimeoutError: a read timeout is both
             rec.fail(_cut_message(rec, e))
         except TimeoutError:
@@ -304,6 +367,34 @@ class LoadGenerator:
         if not rec.ok:
             rec.e2e = time.perf_counter() - rec.t_send if math.isnan(rec.e2e) else rec.e2e
         return rec
+
+    async def _attempt(
+        self,
+        rec: RequestRecord,
+        session: aiohttp.ClientSession,
+        payload: bytes,
+        attempt: _Attempt,
+    ) -> None:
+        """One try of a request: send, then parse the stream into ``rec``."""
+        async with session.post(
+            self._url,
+            data=payload,
+            headers=self._headers,
+            timeout=self._timeout,
+            allow_redirects=False,
+            trace_request_ctx=attempt,
+        ) as resp:
+            attempt.answered = True
+            if resp.status != 200:
+                await _fail_from_body(rec, resp)
+                return
+            conn = resp.connection
+            proto = conn.protocol if conn is not None else None
+            stamper = proto if isinstance(proto, _ArrivalStamper) else None
+            if self.backend == "sglang":
+                await self._stream_generate(rec, resp.content, stamper)
+            else:
+                await self._stream_openai(rec, resp.content, stamper)
 
     async def _stream_generate(
         self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None

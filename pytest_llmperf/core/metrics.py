@@ -121,6 +121,7 @@ def compute_level(
         errors=distinct_errors(records),
         schedule_lag_p99_ms=summarize_ms(lags)["p99"] if lags else None,
         goodput=goodput(records, slo, dur) if slo and slo.has_request_limits else None,
+        connection_retries=sum(r.retries for r in records),
     )
     if details:
         result.details = request_details(records)

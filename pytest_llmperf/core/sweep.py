@@ -260,6 +260,11 @@ async def _measure_level(
         notes.append(f"C={concurrency} > max running requests {cap}: queueing")
     if workload.request_rate is not None:
         notes.append(f"open loop: Poisson {workload.request_rate:g} req/s, at most C in flight")
+    if result.connection_retries:
+        notes.append(
+            f"{result.connection_retries} request(s) re-sent on a new connection: the server had "
+            "closed an idle keep-alive connection (timed from the successful attempt)"
+        )
     if health.saturated:
         notes.append(f"client saturated: {health.reason}")
     if sampler is not None and sampler.error:
