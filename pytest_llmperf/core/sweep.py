@@ -263,7 +263,7 @@ async def _measure_level(
     if result.connection_retries:
         notes.append(
             f"{result.connection_retries} request(s) re-sent on a new connection: the server had "
-            "closed an idle keep-alive connection (timed from the successful attempt)"
+            "closed a pooled keep-alive connection (timed from the successful attempt)"
         )
     if health.saturated:
         notes.append(f"client saturated: {health.reason}")
