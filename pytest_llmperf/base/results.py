@@ -98,6 +98,9 @@ class LevelResult(_Model):
     duration: float  # seconds, first send to last completion
     total_input_tokens: int = 0
     total_output_tokens: int = 0
+    # Prompt tokens the server reported serving from its prefix cache (SGLang
+    # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens).
+    total_cached_tokens: int = 0
     request_throughput: float = 0.0
     input_throughput: float = 0.0
     output_throughput: float = 0.0

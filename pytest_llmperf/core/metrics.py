@@ -96,6 +96,7 @@ def compute_level(
         duration=dur,
         total_input_tokens=in_tok,
         total_output_tokens=out_tok,
+        total_cached_tokens=sum(r.cached_tokens for r in ok),
         request_throughput=rate(len(ok)),
         input_throughput=rate(in_tok),
         output_throughput=rate(out_tok),

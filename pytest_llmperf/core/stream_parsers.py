@@ -142,6 +142,8 @@ class GenerateStreamParser:
             rec.fail(short_error(f"request aborted by server: {finish.get('message') or finish}"))
         if isinstance(meta.get("prompt_tokens"), int):
             rec.prompt_tokens = meta["prompt_tokens"]
+        if isinstance(meta.get("cached_tokens"), int):
+            rec.cached_tokens = meta["cached_tokens"]
         sal = meta.get("spec_accept_length")
         if isinstance(sal, int | float):
             rec.spec_accept_length = float(sal)
@@ -233,6 +235,9 @@ class OpenAIStreamParser:
             usage = orjson.loads(self._usage_payload).get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
                 rec.prompt_tokens = usage["prompt_tokens"]
+            details = usage.get("prompt_tokens_details") or {}
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                rec.cached_tokens = details["cached_tokens"]
         if rec.output_tokens == 0 and rec.ok:
             rec.fail("stream finished without any token")
 

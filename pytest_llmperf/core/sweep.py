@@ -205,7 +205,7 @@ async def _measure_level(
     notes: list[str] = []
     flushed, why = await flush_cache(gen.http)
     if not flushed and why:
-        notes.append(why + "; radix cache may hold earlier levels' prompts")
+        notes.append(why)  # the prompts are fresh anyway; only speculative counters carry over
     bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
     tracker = _Tracker(concurrency, n, progress)
     sampler = MetricsSampler(gen.http) if scrape_metrics else None
@@ -275,10 +275,17 @@ async def _measure_level(
     return result
 
 
-async def _warm_up(gen: LoadGenerator, workload: Workload, progress: ProgressCallback | None):
+async def _warm_up(
+    gen: LoadGenerator,
+    workload: Workload,
+    progress: ProgressCallback | None,
+    prompt_start: int = 0,
+) -> None:
     tracker = _Tracker(0, 1, progress)
     rec = await gen.request(
-        WARMUP_INDEX, warmup_prompt(workload), min(WARMUP_OUTPUT_LEN, workload.output_len)
+        WARMUP_INDEX,
+        warmup_prompt(workload, prompt_start),
+        min(WARMUP_OUTPUT_LEN, workload.output_len),
     )
     tracker.add(rec)
     tracker.report("warmup")
@@ -298,8 +305,12 @@ async def run_sweep_async(
     scrape_metrics: bool = False,
     server_mode: Mode = "attached",
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> SweepResult:
-    """Sweep ``levels`` against the server at ``url`` in the running event loop."""
+    """Sweep ``levels`` against the server at ``url`` in the running event loop.
+
+    Level k sends prompt ordinals from ``prompt_start`` plus the requests of levels before it.
+    """
     levels = validate_levels(levels)
     workload = workload or Workload()
     async with LoadGenerator(
@@ -311,10 +322,13 @@ async def run_sweep_async(
     ) as gen:
         info = await get_server_info(gen.http)
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
-        await _warm_up(gen, workload, progress)
-        prompts = build_prompts(workload, max(workload.num_requests(c) for c in levels))
+        await _warm_up(gen, workload, progress, prompt_start)
         result = SweepResult(config=config_name, server=facts, workload=workload)
+        start = prompt_start
         for c in levels:
+            # each level takes fresh prompts: nothing it sends is in any prefix cache
+            prompts = build_prompts(workload, workload.num_requests(c), start)
+            start += len(prompts)
             result.levels.append(
                 await _measure_level(
                     gen,
@@ -342,8 +356,13 @@ async def run_level_async(
     scrape_metrics: bool = False,
     warmup: bool = True,
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> LevelResult:
-    """One level (flush -> run -> server_info), with its own client, in the running loop."""
+    """One level (flush -> run -> server_info), with its own client, in the running loop.
+
+    Its prompts are ordinals ``prompt_start ..``: a caller measuring a server again passes the
+    count it has sent so far, so no request can hit the prefix cache.
+    """
     validate_levels([concurrency])
     workload = workload or Workload()
     async with LoadGenerator(
@@ -355,8 +374,8 @@ async def run_level_async(
     ) as gen:
         info = await get_server_info(gen.http)
         if warmup:
-            await _warm_up(gen, workload, progress)
-        prompts = build_prompts(workload, workload.num_requests(concurrency))
+            await _warm_up(gen, workload, progress, prompt_start)
+        prompts = build_prompts(workload, workload.num_requests(concurrency), prompt_start)
         return await _measure_level(
             gen,
             concurrency,
@@ -416,6 +435,7 @@ def run_sweep(
     scrape_metrics: bool = False,
     server_mode: Mode = "attached",
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> SweepResult:
     """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
     levels = validate_levels(levels)
@@ -432,6 +452,7 @@ def run_sweep(
             scrape_metrics=scrape_metrics,
             server_mode=server_mode,
             slo=slo,
+            prompt_start=prompt_start,
         ),
         timeout_s=sweep_deadline_s(workload, levels),
     )
@@ -448,6 +469,7 @@ def run_level(
     scrape_metrics: bool = False,
     warmup: bool = True,
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> LevelResult:
     """Blocking ``run_level_async`` in its own loop and thread."""
     validate_levels([concurrency])
@@ -463,6 +485,7 @@ def run_level(
             scrape_metrics=scrape_metrics,
             warmup=warmup,
             slo=slo,
+            prompt_start=prompt_start,
         ),
         timeout_s=sweep_deadline_s(workload, [concurrency]),
     )

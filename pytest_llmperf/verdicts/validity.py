@@ -30,6 +30,10 @@ class ValidityPolicy(BaseModel):
     # reachable in-flight count something else (client, connection pool, fast failures) limited
     # the load.
     min_concurrency_ratio: float = Field(default=0.5, gt=0.0, le=1.0)
+    # Prompt tokens per completed request the server may serve from its prefix cache. Every
+    # measured prompt is fresh (core/workload.py), so any hit means another client or a reused
+    # prompt skipped prefills the number claims to include.
+    max_cached_tokens_per_request: int = Field(default=0, ge=0)
 
 
 def _pct(a: float, b: float) -> str:
@@ -84,6 +88,16 @@ def check_level(
                 f"prompts were {got_in} tokens in total, expected {want_in} "
                 f"({level.completed} × {workload.input_len}), {_pct(got_in, want_in)} off: "
                 "the server's tokenizer re-encoded the prompt to a different length"
+            )
+
+    if level.total_cached_tokens and level.completed > 0:
+        allowed = level.completed * policy.max_cached_tokens_per_request
+        if level.total_cached_tokens > allowed:
+            reasons.append(
+                f"the server served {level.total_cached_tokens} prompt tokens from its prefix "
+                f"cache over {level.completed} completed requests (allowed {allowed}): prefills "
+                "were skipped, so the number is not that of fresh prompts; another client may be "
+                "sending the same prompts, or the cache was not flushed"
             )
 
     closed_loop = workload is None or workload.request_rate is None

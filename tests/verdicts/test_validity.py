@@ -57,3 +57,12 @@ def test_failures_bound() -> None:
     assert check_level(lv, WORKLOAD, ValidityPolicy(max_failed=2)) == []
     none = lv.model_copy(update={"completed": 0, "failed": 32, "total_output_tokens": 0})
     assert check_level(none, WORKLOAD)[0] == "no request completed (32 of 32 failed)"
+
+
+def test_prefix_cache_hits_invalidate_with_the_count() -> None:
+    lv = make_level(4, 286).model_copy(update={"total_cached_tokens": 640})
+    (reason,) = check_level(lv, WORKLOAD)
+    assert "served 640 prompt tokens from its prefix cache" in reason
+    assert f"over {lv.completed} completed requests (allowed 0)" in reason
+    allowed = ValidityPolicy(max_cached_tokens_per_request=80)
+    assert check_level(lv, WORKLOAD, allowed) == []
