@@ -37,6 +37,8 @@ class Workload(_Model):
     request_timeout_s: float = Field(default=600.0, gt=0)
     # Open-loop Poisson arrivals in req/s instead of closed-loop concurrency (None = closed loop).
     request_rate: float | None = Field(default=None, gt=0)
+    # OpenAI backends: send the non-standard fields (ignore_eos, continuous_usage_stats).
+    openai_extensions: bool = True
 
     def num_requests(self, concurrency: int) -> int:
         """How many requests a level of this concurrency sends."""
@@ -74,6 +76,7 @@ class ClientHealth(_Model):
     cpu_percent: float = 0.0  # of one core, over the level
     loop_lag_p99_ms: float = 0.0
     loop_lag_max_ms: float = 0.0
+    loop_lag_samples: int = 0  # how many lag probes the p99 rests on
     saturated: bool = False
     reason: str | None = None
 

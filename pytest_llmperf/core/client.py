@@ -180,6 +180,12 @@ def make_http_client(
     )
 
 
+# Fields of our OpenAI-API bodies that are not in OpenAI's API (vLLM and SGLang take them;
+# a strict server answers 400/422): ignore_eos fixes the output length, continuous_usage_stats
+# gives exact per-chunk token counts.
+OPENAI_EXTENSION_FIELDS = ("ignore_eos", "continuous_usage_stats")
+
+
 def request_body(
     backend: Backend,
     prompt: Sequence[int] | str,
@@ -187,8 +193,13 @@ def request_body(
     *,
     temperature: float = 0.0,
     model: str | None = None,
+    extensions: bool = True,
 ) -> bytes:
-    """The JSON body of one streaming request (fixed output length: ignore_eos)."""
+    """The JSON body of one streaming request (fixed output length: ignore_eos).
+
+    ``extensions=False`` leaves the OpenAI-API extension fields out (strict servers); outputs
+    may then stop at EOS, which the validity check reports.
+    """
     if backend == "sglang":
         key = "text" if isinstance(prompt, str) else "input_ids"
         body: dict[str, Any] = {
@@ -205,9 +216,11 @@ def request_body(
             "model": model or "default",
             "stream": True,
             "temperature": temperature,
-            "ignore_eos": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "stream_options": {"include_usage": True},
         }
+        if extensions:
+            body["ignore_eos"] = True
+            body["stream_options"]["continuous_usage_stats"] = True
         if backend == "openai":
             body["prompt"] = prompt if isinstance(prompt, str) else list(prompt)
             body["max_tokens"] = output_len
@@ -233,6 +246,7 @@ class LoadGenerator:
         request_timeout_s: float = 600.0,
         model: str | None = None,
         temperature: float = 0.0,
+        extensions: bool = True,
     ) -> None:
         if backend not in BACKEND_PATHS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {sorted(BACKEND_PATHS)}")
@@ -240,6 +254,7 @@ class LoadGenerator:
         self.backend: Backend = backend
         self.model = model
         self.temperature = temperature
+        self.extensions = extensions
         self.request_timeout_s = request_timeout_s
         self._api_key = api_key
         self._path = BACKEND_PATHS[backend]
@@ -320,7 +335,12 @@ class LoadGenerator:
 
     def body(self, prompt: Sequence[int] | str, output_len: int) -> bytes:
         return request_body(
-            self.backend, prompt, output_len, temperature=self.temperature, model=self.model
+            self.backend,
+            prompt,
+            output_len,
+            temperature=self.temperature,
+            model=self.model,
+            extensions=self.extensions,
         )
 
     async def request(
@@ -386,7 +406,7 @@ class LoadGenerator:
         ) as resp:
             attempt.answered = True
             if resp.status != 200:
-                await _fail_from_body(rec, resp)
+                await _fail_from_body(rec, resp, openai=self.backend != "sglang")
                 return
             conn = resp.connection
             proto = conn.protocol if conn is not None else None
@@ -433,7 +453,9 @@ class LoadGenerator:
         parser.finish()
 
 
-async def _fail_from_body(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
+async def _fail_from_body(
+    rec: RequestRecord, resp: aiohttp.ClientResponse, *, openai: bool = False
+) -> None:
     """A non-200 answer: the request fails with the server's own message."""
     raw = await resp.read()
     text = raw[:2000].decode("utf-8", "replace")
@@ -441,7 +463,22 @@ async def _fail_from_body(rec: RequestRecord, resp: aiohttp.ClientResponse) -> N
         msg = error_message(orjson.loads(raw)) or text
     except orjson.JSONDecodeError:
         msg = text
-    rec.fail(short_error(f"HTTP {resp.status}: {msg}"))
+    hint = extension_hint(resp.status, text) if openai else ""
+    # the hint goes first: a long server message is cut at the end, never the advice
+    rec.fail(hint + short_error(f"HTTP {resp.status}: {msg}"))
+
+
+def extension_hint(status: int, body: str) -> str:
+    """Advice when a 4xx answer names one of our OpenAI-API extension fields, else ''."""
+    if not 400 <= status < 500:
+        return ""
+    named = [f for f in OPENAI_EXTENSION_FIELDS if f in body]
+    if not named:
+        return ""
+    return (
+        f"the server rejects the non-standard field(s) {', '.join(named)}: run with "
+        "--llmperf-openai-extensions=off (env LLMPERF_OPENAI_EXTENSIONS=off); "
+    )
 
 
 def _cut_message(rec: RequestRecord, e: BaseException) -> str:

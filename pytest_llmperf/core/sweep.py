@@ -319,6 +319,7 @@ async def run_sweep_async(
         api_key=api_key,
         request_timeout_s=workload.request_timeout_s,
         temperature=workload.temperature,
+        extensions=workload.openai_extensions,
     ) as gen:
         info = await get_server_info(gen.http)
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
@@ -371,6 +372,7 @@ async def run_level_async(
         api_key=api_key,
         request_timeout_s=workload.request_timeout_s,
         temperature=workload.temperature,
+        extensions=workload.openai_extensions,
     ) as gen:
         info = await get_server_info(gen.http)
         if warmup:

@@ -334,6 +334,49 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "scrape_metrics", _bool, False, "scrape the server's /metrics during each level", flag=True
     ),
+    # Validity thresholds (verdicts/validity.py ValidityPolicy); defaults are its constants.
+    Setting(
+        "max_failed",
+        _nonneg_int,
+        0,
+        "failed requests a level may have and still be judged",
+        marker=True,
+    ),
+    Setting(
+        "length_slack",
+        lambda text: 0.0 if str(text).strip() in ("0", "0%", "0.0") else parse_fraction(text),
+        0.0,
+        "relative slack on delivered vs requested token totals, e.g. 1% (default 0: exact)",
+        marker=True,
+    ),
+    Setting(
+        "max_cached_tokens",
+        _nonneg_int,
+        0,
+        "prompt tokens per request the server may serve from its prefix cache (chat templates "
+        "are allowed on top)",
+        marker=True,
+    ),
+    Setting(
+        "loop_lag_limit",
+        _positive_float,
+        10.0,
+        "client event-loop lag p99 in ms above which a level is invalid (client saturated)",
+    ),
+    Setting(
+        "cpu_limit",
+        _positive_float,
+        90.0,
+        "client CPU in % of one core above which a level is invalid (client saturated)",
+    ),
+    Setting(
+        "openai_extensions",
+        _bool,
+        True,
+        "send the non-standard OpenAI-API fields ignore_eos and continuous_usage_stats "
+        "(on/off; turn off for strict servers that answer 400/422 to them)",
+        marker=True,
+    ),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.base.results import ClientHealth, LevelResult, Workload
+from pytest_llmperf.core.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, MIN_LAG_SAMPLES
 
 __all__ = ["ValidityPolicy", "check_level", "is_valid"]
 
@@ -34,10 +35,36 @@ class ValidityPolicy(BaseModel):
     # measured prompt is fresh (core/workload.py), so any hit means another client or a reused
     # prompt skipped prefills the number claims to include.
     max_cached_tokens_per_request: int = Field(default=0, ge=0)
+    # The client is the bottleneck above these (core/monitor.py's defaults).
+    loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
+    cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
 
 
 def _pct(a: float, b: float) -> str:
     return f"{100 * abs(a - b) / b:.1f} %" if b else "n/a"
+
+
+def _saturation(client: ClientHealth, policy: ValidityPolicy) -> str | None:
+    """Why the client was the bottleneck ('' without details), or None when it was not.
+
+    The monitor's own verdict at its default limits; re-judged from its numbers at others.
+    """
+    defaults = (LOOP_LAG_P99_LIMIT_MS, CPU_PERCENT_LIMIT)
+    limits = (policy.loop_lag_p99_limit_ms, policy.cpu_percent_limit)
+    if limits == defaults or not client.loop_lag_samples:  # or a file from before the count
+        return (client.reason or "") if client.saturated else None
+    why = []
+    if (
+        client.loop_lag_samples >= MIN_LAG_SAMPLES
+        and client.loop_lag_p99_ms > policy.loop_lag_p99_limit_ms
+    ):
+        why.append(
+            f"event-loop lag p99 {client.loop_lag_p99_ms:.1f} ms > "
+            f"{policy.loop_lag_p99_limit_ms:g} ms"
+        )
+    if client.cpu_percent > policy.cpu_percent_limit:
+        why.append(f"client CPU {client.cpu_percent:.0f}% > {policy.cpu_percent_limit:g}%")
+    return "; ".join(why) if why else None
 
 
 def check_level(
@@ -49,8 +76,9 @@ def check_level(
     c = level.max_concurrency
 
     client = level.client
-    if client is not None and client.saturated:
-        why = f": {client.reason}" if client.reason else ""
+    saturation = _saturation(client, policy) if client is not None else None
+    if client is not None and saturation is not None:
+        why = f": {saturation}" if saturation else ""
         reasons.append(
             f"the load generator was the bottleneck{why} (client CPU {client.cpu_percent:.0f} %, "
             f"event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms); use more client processes "
