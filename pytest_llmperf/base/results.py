@@ -104,6 +104,9 @@ class LevelResult(_Model):
     # Prompt tokens the server reported serving from its prefix cache (SGLang
     # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens).
     total_cached_tokens: int = 0
+    # Chat: tokens of each prompt around its sized content (template, the prompt's number),
+    # measured at the server; a prefix cache may serve up to this many per request.
+    prompt_overhead_tokens: int = 0
     request_throughput: float = 0.0
     input_throughput: float = 0.0
     output_throughput: float = 0.0

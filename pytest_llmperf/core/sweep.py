@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
+from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor
@@ -200,9 +201,15 @@ async def _measure_level(
     details: bool,
     scrape_metrics: bool,
     slo: Slo | None = None,
+    sizing: ChatSizing | None = None,
 ) -> LevelResult:
     n = workload.num_requests(concurrency)
     notes: list[str] = []
+    if sizing is not None and not sizing.exact:
+        notes.append(
+            f"chat prompts are {sizing.tokens(sizing.filler)} tokens, not {workload.input_len}: "
+            f"the chat template alone is {sizing.overhead} tokens"
+        )
     flushed, why = await flush_cache(gen.http)
     if not flushed and why:
         notes.append(why)  # the prompts are fresh anyway; only speculative counters carry over
@@ -270,6 +277,7 @@ async def _measure_level(
     if sampler is not None and sampler.error:
         notes.append(sampler.error)
     result.client = health
+    result.prompt_overhead_tokens = sizing.overhead if sizing is not None else 0
     result.server_metrics = server_metrics
     result.notes = notes
     return result
@@ -291,6 +299,16 @@ async def _warm_up(
     tracker.report("warmup")
     if not rec.ok:
         raise SweepError(f"warm-up request to {gen.base_url} failed: {rec.error}")
+
+
+async def _size_chat(gen: LoadGenerator, workload: Workload) -> ChatSizing | None:
+    """Chat: size prompts to input_len as the server counts (core/chat_sizing.py)."""
+    if workload.backend != "openai-chat":
+        return None
+    try:
+        return await size_chat_prompts(gen, workload.input_len)
+    except ChatSizingError as e:
+        raise SweepError(str(e)) from None
 
 
 async def run_sweep_async(
@@ -324,11 +342,13 @@ async def run_sweep_async(
         info = await get_server_info(gen.http)
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
         await _warm_up(gen, workload, progress, prompt_start)
+        sizing = await _size_chat(gen, workload)
+        filler = sizing.filler if sizing is not None else None
         result = SweepResult(config=config_name, server=facts, workload=workload)
         start = prompt_start
         for c in levels:
             # each level takes fresh prompts: nothing it sends is in any prefix cache
-            prompts = build_prompts(workload, workload.num_requests(c), start)
+            prompts = build_prompts(workload, workload.num_requests(c), start, chat_filler=filler)
             start += len(prompts)
             result.levels.append(
                 await _measure_level(
@@ -341,6 +361,7 @@ async def run_sweep_async(
                     details=details,
                     scrape_metrics=scrape_metrics,
                     slo=slo,
+                    sizing=sizing,
                 )
             )
     return result
@@ -377,7 +398,13 @@ async def run_level_async(
         info = await get_server_info(gen.http)
         if warmup:
             await _warm_up(gen, workload, progress, prompt_start)
-        prompts = build_prompts(workload, workload.num_requests(concurrency), prompt_start)
+        sizing = await _size_chat(gen, workload)
+        prompts = build_prompts(
+            workload,
+            workload.num_requests(concurrency),
+            prompt_start,
+            chat_filler=sizing.filler if sizing is not None else None,
+        )
         return await _measure_level(
             gen,
             concurrency,
@@ -388,6 +415,7 @@ async def run_level_async(
             details=details,
             scrape_metrics=scrape_metrics,
             slo=slo,
+            sizing=sizing,
         )
 
 

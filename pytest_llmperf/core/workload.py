@@ -58,11 +58,35 @@ def prompt_text(index: int, input_len: int, seed: int = 0) -> str:
     return " ".join([f"#{index}", *words]) if words else f"#{index}"
 
 
-def build_prompts(workload: Workload, count: int, start: int = 0) -> list[list[int]] | list[str]:
-    """Prompts ``start .. start + count - 1`` of a workload, ids or text by backend."""
+CHAT_NUMBER_DIGITS = 6
+CHAT_FILLER = " the"  # one token in SentencePiece and BPE vocabularies alike
+
+
+def chat_prompt(index: int, filler: int) -> str:
+    """A chat message whose token count is linear in ``filler``: the ordinal, then filler.
+
+    The ordinal is written as fixed-width digits, least significant first, so its token count
+    is the same for every prompt (digits split alike in every common tokenizer) and
+    consecutive prompts differ at their first token. ``core/chat_sizing.py`` finds the
+    ``filler`` that makes the server count exactly ``input_len`` prompt tokens.
+    """
+    number = f"{index % 10**CHAT_NUMBER_DIGITS:0{CHAT_NUMBER_DIGITS}d}"[::-1]
+    return number + CHAT_FILLER * filler
+
+
+def build_prompts(
+    workload: Workload, count: int, start: int = 0, *, chat_filler: int | None = None
+) -> list[list[int]] | list[str]:
+    """Prompts ``start .. start + count - 1`` of a workload, ids or text by backend.
+
+    ``chat_filler``: chat prompts sized to the server (``chat_prompt``); else word prompts of
+    about ``input_len`` tokens.
+    """
     if start < 0:
         raise ValueError(f"the first prompt ordinal must be >= 0, got {start}")
     ordinals = range(start, start + count)
+    if workload.backend == "openai-chat" and chat_filler is not None:
+        return [chat_prompt(i, chat_filler) for i in ordinals]
     if workload.backend == "openai-chat":
         return [prompt_text(i, workload.input_len, workload.seed) for i in ordinals]
     return [prompt_ids(i, workload.input_len, workload.seed) for i in ordinals]

@@ -119,13 +119,16 @@ def check_level(
             )
 
     if level.total_cached_tokens and level.completed > 0:
-        allowed = level.completed * policy.max_cached_tokens_per_request
+        # a chat template (and the prompt's number) is a prefix every chat prompt shares
+        per_request = policy.max_cached_tokens_per_request + level.prompt_overhead_tokens
+        allowed = level.completed * per_request
         if level.total_cached_tokens > allowed:
             reasons.append(
                 f"the server served {level.total_cached_tokens} prompt tokens from its prefix "
                 f"cache over {level.completed} completed requests (allowed {allowed}): prefills "
                 "were skipped, so the number is not that of fresh prompts; another client may be "
-                "sending the same prompts, or the cache was not flushed"
+                "sending the same prompts, or a server without /flush_cache kept an earlier "
+                "run's (change the seed or restart it)"
             )
 
     closed_loop = workload is None or workload.request_rate is None

@@ -205,7 +205,10 @@ class FakeServer:
         chat = request.path.endswith("/chat/completions")
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         scenario = self.config.scenario if self._faulty() else "ok"
-        prompt_len = len(body["prompt"]) if isinstance(body.get("prompt"), list) else 7
+        if chat:  # a 4-token chat template around one token per word
+            prompt_len = 4 + len(body["messages"][0]["content"].split())
+        else:
+            prompt_len = len(body["prompt"]) if isinstance(body.get("prompt"), list) else 7
         cont = self.config.continuous_usage and bool(
             (body.get("stream_options") or {}).get("continuous_usage_stats")
         )

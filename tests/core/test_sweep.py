@@ -128,3 +128,17 @@ def test_async_api_and_metrics_scrape(fake_server: FakeServer) -> None:
 def test_bad_levels_rejected(levels: list[int]) -> None:
     with pytest.raises(ValueError, match="concurrency|levels"):
         validate_levels(levels)
+
+
+def test_chat_prompts_sized_to_the_servers_count(fake_server: FakeServer) -> None:
+    w = Workload(backend="openai-chat", input_len=30, output_len=6)
+    fake_server.config.cached_tokens = 4  # the template prefix, served from cache
+    lv = run_level(fake_server.url, 2, w)
+    # the fake wraps each message in 4 template tokens: content 26 tokens, server counts 30
+    assert lv.completed == 4 and lv.total_input_tokens == 4 * 30
+    assert lv.prompt_overhead_tokens == 5  # template + the prompt's number
+    from pytest_llmperf.verdicts.validity import check_level
+
+    assert check_level(lv, w) == []  # template cache hits are expected, not invalid
+    probes = fake_server.state.bodies[1:3]  # after the warm-up
+    assert all(b["max_completion_tokens"] == 1 for b in probes)
