@@ -23,7 +23,7 @@ class _Model(BaseModel):
 
 
 class Workload(_Model):
-    """What is sent: the same prompts at every level and in every run (seeded)."""
+    """What is sent: seeded prompts, fresh per level, the same for the same command."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

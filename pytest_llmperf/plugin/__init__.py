@@ -213,6 +213,7 @@ def _workload(state: _State, suite: Suite, marker: dict[str, Any], where: str) -
         requests_per_level=_effective(state, suite, marker, "requests", where),
         request_timeout_s=_effective(state, suite, marker, "request_timeout", where),
         request_rate=_effective(state, suite, marker, "request_rate", where),
+        openai_extensions=_effective(state, suite, marker, "openai_extensions", where),  # client
     )
 
 
@@ -545,6 +546,7 @@ def llmperf_run(request: pytest.FixtureRequest) -> PerfRun:
 def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
     """One (config, concurrency) point, measured once per session however many tests use it."""
     from pytest_llmperf.plugin.checks import Point
+    from pytest_llmperf.verdicts.validity import policy_from_settings  # client
 
     param: PointParam = request.param
     state = _state(request.config)
@@ -567,6 +569,9 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Any:
             tolerances=_effective(state, suite, marker, "tolerance", where),
             update=bool(state.settings["update"]),
             invalid_policy=state.settings["invalid"],
+            policy=policy_from_settings(
+                lambda n: _effective(state, suite, marker, n, where)
+            ),  # client
             node=request.node,
             on_compared=lambda pc: state.points.setdefault(pc.config, []).append(pc),
             on_invalid=state.invalid.append,

@@ -33,6 +33,7 @@ from pytest_llmperf.verdicts.baseline import (
 )
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
 from pytest_llmperf.verdicts.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
+from pytest_llmperf.verdicts.validity import ValidityPolicy  # client
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
 # ``metrics`` (or compare's defaults) are gated.
@@ -97,6 +98,7 @@ class Point:
     tolerances: dict[str, float] = field(default_factory=dict)
     update: bool = False
     invalid_policy: str = "fail"
+    policy: ValidityPolicy | None = None  # client: validity thresholds from the settings
     node: Any = None
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
@@ -138,6 +140,7 @@ class Point:
             workload=self.workload,
             metrics=self.metrics,
             tolerances=tol,
+            policy=self.policy,  # client: validity thresholds from the settings
         )
         for _ in range(self.max_reruns):
             if pc.verdict != Verdict.INCONCLUSIVE or self.update:
@@ -154,6 +157,7 @@ class Point:
                 workload=self.workload,
                 metrics=self.metrics,
                 tolerances=tol,
+                policy=self.policy,  # client
             )
         self.comparison = pc
         return pc

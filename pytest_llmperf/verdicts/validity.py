@@ -9,12 +9,15 @@ states it next to the number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_llmperf.base.results import ClientHealth, LevelResult, Workload
 from pytest_llmperf.core.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, MIN_LAG_SAMPLES
 
-__all__ = ["ValidityPolicy", "check_level", "is_valid"]
+__all__ = ["ValidityPolicy", "check_level", "is_valid", "policy_from_settings"]
 
 
 class ValidityPolicy(BaseModel):
@@ -38,6 +41,17 @@ class ValidityPolicy(BaseModel):
     # The client is the bottleneck above these (core/monitor.py's defaults).
     loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
     cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
+
+
+def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
+    """The policy from the settings of ``run/settings.py``, read by name through ``get``."""
+    return ValidityPolicy(
+        max_failed=get("max_failed"),
+        length_tolerance=get("length_slack"),
+        max_cached_tokens_per_request=get("max_cached_tokens"),
+        loop_lag_p99_limit_ms=get("loop_lag_limit"),
+        cpu_percent_limit=get("cpu_limit"),
+    )
 
 
 def _pct(a: float, b: float) -> str:

@@ -97,3 +97,15 @@ def test_failed_allowance_and_length_slack() -> None:
     lv = make_level(4, 286, failed=1)
     assert "1 of 8 requests failed (allowed 0)" in check_level(lv, WORKLOAD)[0]
     assert check_level(lv, WORKLOAD, ValidityPolicy(max_failed=1)) == []
+
+
+def test_policy_from_the_settings_defaults_is_todays_policy() -> None:
+    from pytest_llmperf.run.settings import SETTINGS_BY_NAME, resolve
+    from pytest_llmperf.verdicts.validity import policy_from_settings
+
+    assert policy_from_settings(lambda n: SETTINGS_BY_NAME[n].default) == ValidityPolicy()
+    env = {"LLMPERF_LENGTH_SLACK": "2%", "LLMPERF_MAX_FAILED": "3", "LLMPERF_CPU_LIMIT": "150"}
+    p = policy_from_settings(lambda n: resolve(n, environ=env))
+    assert (p.length_tolerance, p.max_failed, p.cpu_percent_limit) == (0.02, 3, 150.0)
+    assert resolve("length_slack", environ={"LLMPERF_LENGTH_SLACK": "0"}) == 0.0
+    assert resolve("openai_extensions", cli="off") is False
