@@ -208,7 +208,7 @@ async def _measure_level(
     if sizing is not None and not sizing.exact:
         notes.append(
             f"chat prompts are {sizing.tokens(sizing.filler)} tokens, not {workload.input_len}: "
-            f"the chat template alone is {sizing.overhead} tokens"
+            f"the chat template and the prompt's number alone are {sizing.overhead} tokens"
         )
     flushed, why = await flush_cache(gen.http)
     if not flushed and why:
