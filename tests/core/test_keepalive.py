@@ -23,7 +23,7 @@ from pytest_llmperf.core.client import LoadGenerator, _never_reached_server
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.records import RequestRecord
 
-Mode = Literal["fin_on_next", "reset_on_next", "fin_after", "connection_close"]
+Mode = Literal["fin_on_next", "reset_on_next", "fin_after", "connection_close", "read_then_fin"]
 N_OUT = 5
 
 
@@ -47,6 +47,7 @@ class RawServer:
     - ``reset_on_next``: the next request is read in full, then the connection is reset.
     - ``fin_after``: the connection is closed right after every response, unannounced.
     - ``connection_close``: every response says ``Connection: close`` and then closes.
+    - ``read_then_fin``: every request is read in full, then its (new) connection closed unanswered.
     """
 
     mode: Mode
@@ -74,6 +75,9 @@ class RawServer:
                         length = int(line.split(b":", 1)[1])
                 await reader.readexactly(length)
                 self.processed += 1
+                if self.mode == "read_then_fin":
+                    writer.close()
+                    return
                 if served and self.mode == "reset_on_next":
                     sock = writer.get_extra_info("socket")
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -96,9 +100,15 @@ class RawServer:
             return
 
 
-@pytest.fixture
-def run_raw() -> Iterator[object]:
-    """Run ``requests`` sequential-or-concurrent requests against a ``RawServer``."""
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run_raw(request: pytest.FixtureRequest) -> Iterator[object]:
+    """Run ``n`` requests, ``concurrency`` at a time, against a ``RawServer`` (both loops the
+    sweep may run on: their socket errors reach aiohttp differently)."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        loop_factory = uvloop.new_event_loop
+    else:
+        loop_factory = asyncio.new_event_loop
 
     def run(server: RawServer, n: int, concurrency: int = 1) -> list[RequestRecord]:
         async def go() -> list[RequestRecord]:
@@ -120,7 +130,8 @@ def run_raw() -> Iterator[object]:
                 srv.close()
             return records
 
-        return asyncio.run(go())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(go())
 
     yield run
 
@@ -155,6 +166,14 @@ def test_reset_after_the_server_read_the_request_is_not_resent(run_raw) -> None:
     assert len(failed) == 2  # requests 1 and 3 reused a connection that was then reset
     assert all(r.retries == 0 for r in records)
     assert server.processed == 4  # each request reached the server exactly once
+
+
+def test_a_new_connection_closed_after_the_server_read_is_not_resent(run_raw) -> None:
+    server = RawServer("read_then_fin")
+    records = run_raw(server, 3)
+    assert all(not r.ok and r.retries == 0 for r in records)
+    assert all("ServerDisconnectedError" in (r.error or "") for r in records)
+    assert server.processed == 3 == server.connections
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
