@@ -23,7 +23,7 @@ class _Model(BaseModel):
 
 
 class Workload(_Model):
-    """What is sent: the same prompts at every level and in every run (seeded)."""
+    """What is sent: seeded prompts, fresh per level, the same for the same command."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -37,6 +37,8 @@ class Workload(_Model):
     request_timeout_s: float = Field(default=600.0, gt=0)
     # Open-loop Poisson arrivals in req/s instead of closed-loop concurrency (None = closed loop).
     request_rate: float | None = Field(default=None, gt=0)
+    # OpenAI backends: send the non-standard fields (ignore_eos, continuous_usage_stats).
+    openai_extensions: bool = True
 
     def num_requests(self, concurrency: int) -> int:
         """How many requests a level of this concurrency sends."""
@@ -86,6 +88,7 @@ class ClientHealth(_Model):
     cpu_percent: float = 0.0  # of one core, over the level
     loop_lag_p99_ms: float = 0.0
     loop_lag_max_ms: float = 0.0
+    loop_lag_samples: int = 0  # how many lag probes the p99 rests on
     saturated: bool = False
     reason: str | None = None
 
@@ -110,6 +113,12 @@ class LevelResult(_Model):
     duration: float  # seconds, first send to last completion
     total_input_tokens: int = 0
     total_output_tokens: int = 0
+    # Prompt tokens the server reported serving from its prefix cache (SGLang
+    # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens).
+    total_cached_tokens: int = 0
+    # Chat: tokens of each prompt around its sized content (template, the prompt's number),
+    # measured at the server; a prefix cache may serve up to this many per request.
+    prompt_overhead_tokens: int = 0
     request_throughput: float = 0.0
     input_throughput: float = 0.0
     output_throughput: float = 0.0
@@ -138,6 +147,8 @@ class LevelResult(_Model):
     queueing: bool = False
     # Open-loop (request_rate) levels only: how late requests left against their schedule.
     schedule_lag_p99_ms: float | None = None
+    # Requests re-sent once on a new connection because a pooled keep-alive one was dead.
+    connection_retries: int = 0
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # distinct messages, capped
     client: ClientHealth | None = None

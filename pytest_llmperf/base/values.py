@@ -169,3 +169,8 @@ def parse_secret(text: Any) -> SecretStr:
 def reveal(secret: SecretStr | str | None) -> str | None:
     """The plain value, for the one place that needs it (an Authorization header)."""
     return secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+
+
+def parse_slack(text: Any) -> float:
+    """A slack: 0 (exact) or a fraction in (0, 1) like a tolerance (``"1%"``)."""
+    return 0.0 if str(text).strip() in ("0", "0%", "0.0") else parse_fraction(text)

@@ -10,11 +10,7 @@ layers over aiohttp still cost more than everything else the client does per rea
 The hot path works per network read, not per event: every event in one read arrived at the
 same instant, so a read gets one stamp, the time its bytes came off the socket (recorded by
 the connection protocol, before aiohttp parses anything; else ``perf_counter()`` before any
-parsing of ours). For SGLang ``/generate`` the token count is the last
-``"completion_tokens":`` of the read, found by C-speed searches over the unsplit bytes. Full
-JSON is parsed only for the final event, errors, and OpenAI chunks without usage; anything
-unusual in a read falls back to splitting it into events and handling them one by one, with
-the same result.
+parsing of ours), and is handed to a parser in ``stream_parsers.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import re
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import aiohttp
 import httpx
@@ -37,7 +32,12 @@ from yarl import URL
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend
 from pytest_llmperf.core.records import RequestRecord
-from pytest_llmperf.core.sse import DONE, SSEDecoder, payloads, scan_data_lines
+from pytest_llmperf.core.stream_parsers import (
+    GenerateStreamParser,
+    OpenAIStreamParser,
+    error_message,
+    short_error,
+)
 
 BACKEND_PATHS: dict[str, str] = {
     "sglang": "/generate",
@@ -52,11 +52,6 @@ WRITE_TIMEOUT_S = 30.0
 # events are fine: readany() has no line limit, the buffer only paces the socket.
 STREAM_READ_BUFSIZE = 1 << 16
 PROBE_READ_BUFSIZE = 1 << 20  # control requests: /metrics bodies can exceed 64 KiB
-MAX_ERROR_CHARS = 300
-_CT_KEY = b'"completion_tokens":'
-_CT_LEN = len(_CT_KEY)
-_DONE_EVENT = b"data: " + DONE
-_INT = re.compile(rb"\s*(\d+)")
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
@@ -81,15 +76,25 @@ class _ArrivalStamper(ResponseHandler):
         super().data_received(data)
 
 
-def make_session(read_bufsize: int = STREAM_READ_BUFSIZE) -> aiohttp.ClientSession:
+def make_session(
+    read_bufsize: int = STREAM_READ_BUFSIZE,
+    *,
+    force_close: bool = False,
+    trace_configs: list[aiohttp.TraceConfig] | None = None,
+) -> aiohttp.ClientSession:
     """An aiohttp session with no connection cap and no total timeout.
 
     Concurrency is bounded by the sweep's workers, not by the pool: a pool limit below C
     would queue requests inside the client and show up as TTFT. Must be created inside the
     running loop that will use it. Environment proxies are ignored (loopback benchmarks must
-    not detour through one).
+    not detour through one). ``force_close``: every request on its own new connection.
     """
-    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=75.0)
+    conn = aiohttp.TCPConnector(
+        limit=0,
+        limit_per_host=0,
+        keepalive_timeout=None if force_close else 75.0,
+        force_close=force_close,
+    )
     # aiohttp has no public hook for its connection protocol; every connector has built it with
     # self._factory since 3.0. Should that change, streams fall back to stamping on resume.
     if callable(getattr(conn, "_factory", None)):
@@ -100,7 +105,50 @@ def make_session(read_bufsize: int = STREAM_READ_BUFSIZE) -> aiohttp.ClientSessi
         read_bufsize=read_bufsize,
         timeout=aiohttp.ClientTimeout(total=None),
         trust_env=False,
+        trace_configs=trace_configs,
     )
+
+
+class _Attempt:
+    """What one try of a request learned about its connection (aiohttp trace context)."""
+
+    __slots__ = ("answered", "reused")
+
+    def __init__(self) -> None:
+        self.reused = False  # the connection came from the keep-alive pool
+        self.answered = False  # response headers arrived: the server saw the request
+
+
+async def _on_reuse(
+    _session: aiohttp.ClientSession,
+    ctx: Any,
+    _params: aiohttp.TraceConnectionReuseconnParams,
+) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.reused = True
+
+
+def _reuse_tracer() -> aiohttp.TraceConfig:
+    tc = aiohttp.TraceConfig()
+    tc.on_connection_reuseconn.append(_on_reuse)
+    tc.freeze()
+    return tc
+
+
+def _never_reached_server(e: BaseException) -> bool:
+    """Whether a failure before any response byte proves the server did not read the request.
+
+    A pooled connection the server had already closed (an idle keep-alive timeout, or a server
+    that closes after every response without saying ``Connection: close``) fails in one of two
+    ways: the body cannot be written (the transport is closing: aiohttp's "Can not write
+    request body") or the server's FIN comes before any answer (``ServerDisconnectedError``).
+    A reset (RST) after the request was written may come from a server that read it, so it is
+    not one of these.
+    """
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(e, aiohttp.ClientOSError) and "write request body" in str(e)
 
 
 def make_http_client(
@@ -133,6 +181,12 @@ def make_http_client(
     )
 
 
+# Fields of our OpenAI-API bodies that are not in OpenAI's API (vLLM and SGLang take them;
+# a strict server answers 400/422): ignore_eos fixes the output length, continuous_usage_stats
+# gives exact per-chunk token counts.
+OPENAI_EXTENSION_FIELDS = ("ignore_eos", "continuous_usage_stats")
+
+
 def request_body(
     backend: Backend,
     prompt: Sequence[int] | str,
@@ -140,8 +194,13 @@ def request_body(
     *,
     temperature: float = 0.0,
     model: str | None = None,
+    extensions: bool = True,
 ) -> bytes:
-    """The JSON body of one streaming request (fixed output length: ignore_eos)."""
+    """The JSON body of one streaming request (fixed output length: ignore_eos).
+
+    ``extensions=False`` leaves the OpenAI-API extension fields out (strict servers); outputs
+    may then stop at EOS, which the validity check reports.
+    """
     if backend == "sglang":
         key = "text" if isinstance(prompt, str) else "input_ids"
         body: dict[str, Any] = {
@@ -158,9 +217,11 @@ def request_body(
             "model": model or "default",
             "stream": True,
             "temperature": temperature,
-            "ignore_eos": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "stream_options": {"include_usage": True},
         }
+        if extensions:
+            body["ignore_eos"] = True
+            body["stream_options"]["continuous_usage_stats"] = True
         if backend == "openai":
             body["prompt"] = prompt if isinstance(prompt, str) else list(prompt)
             body["max_tokens"] = output_len
@@ -169,37 +230,6 @@ def request_body(
             body["messages"] = [{"role": "user", "content": text}]
             body["max_completion_tokens"] = output_len
     return orjson.dumps(body)
-
-
-def _int_after(payload: bytes, pos: int) -> int:
-    m = _INT.match(payload, pos)
-    return int(m.group(1)) if m else -1
-
-
-def _done_at_end(data: bytes, end: int) -> bool:
-    """Whether the last event of ``data[:end]`` is exactly ``data: [DONE]``."""
-    return data.endswith(_DONE_EVENT, 0, end) and (
-        end == 12 or data[end - 14 : end - 12] == b"\n\n"
-    )
-
-
-def _error_message(obj: object) -> str | None:
-    """The error carried by an event (SGLang ``{"error": ...}`` or OpenAI ``object: error``)."""
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    if err is not None:
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err)
-    if obj.get("object") == "error":
-        return str(obj.get("message") or obj)
-    return None
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
 class LoadGenerator:
@@ -217,6 +247,7 @@ class LoadGenerator:
         request_timeout_s: float = 600.0,
         model: str | None = None,
         temperature: float = 0.0,
+        extensions: bool = True,
     ) -> None:
         if backend not in BACKEND_PATHS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {sorted(BACKEND_PATHS)}")
@@ -224,6 +255,7 @@ class LoadGenerator:
         self.backend: Backend = backend
         self.model = model
         self.temperature = temperature
+        self.extensions = extensions
         self.request_timeout_s = request_timeout_s
         self._api_key = api_key
         self._path = BACKEND_PATHS[backend]
@@ -237,10 +269,12 @@ class LoadGenerator:
             total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout_s
         )
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
         self._http: httpx.AsyncClient | None = None
 
     async def __aenter__(self) -> LoadGenerator:
-        self._session = make_session()
+        self._session = make_session(trace_configs=[_reuse_tracer()])
+        self._fresh_session = make_session(force_close=True)
         self._http = make_http_client(
             self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s
         )
@@ -259,6 +293,9 @@ class LoadGenerator:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._fresh_session is not None:
+            await self._fresh_session.close()
+            self._fresh_session = None
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -274,6 +311,13 @@ class LoadGenerator:
             raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
         return self._session
 
+    @property
+    def fresh_session(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection per request (retries after a stale one)."""
+        if self._fresh_session is None:
+            raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
+        return self._fresh_session
+
     async def resolve_model(self) -> str:
         """The served model name from ``/v1/models`` (OpenAI APIs require one)."""
         try:
@@ -281,17 +325,23 @@ class LoadGenerator:
         except httpx.HTTPError as e:
             raise ServerError(f"GET {self.base_url}/v1/models failed: {e!r}") from e
         if r.status_code != 200:
-            raise ServerError(
-                f"GET {self.base_url}/v1/models returned HTTP {r.status_code}: {_short(r.text)}"
-            )
+            text = short_error(r.text)
+            status = r.status_code
+            raise ServerError(f"GET {self.base_url}/v1/models returned HTTP {status}: {text}")
         data = r.json().get("data") or []
         if not data or "id" not in data[0]:
-            raise ServerError(f"GET {self.base_url}/v1/models listed no model: {_short(r.text)}")
+            text = short_error(r.text)
+            raise ServerError(f"GET {self.base_url}/v1/models listed no model: {text}")
         return str(data[0]["id"])
 
     def body(self, prompt: Sequence[int] | str, output_len: int) -> bytes:
         return request_body(
-            self.backend, prompt, output_len, temperature=self.temperature, model=self.model
+            self.backend,
+            prompt,
+            output_len,
+            temperature=self.temperature,
+            model=self.model,
+            extensions=self.extensions,
         )
 
     async def request(
@@ -312,25 +362,23 @@ class LoadGenerator:
             t_scheduled=t_scheduled,
         )
         rec.t_send = time.perf_counter()
+        attempt = _Attempt()
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                async with session.post(
-                    self._url,
-                    data=payload,
-                    headers=self._headers,
-                    timeout=self._timeout,
-                    allow_redirects=False,
-                ) as resp:
-                    if resp.status != 200:
-                        await _fail_from_body(rec, resp)
-                    else:
-                        conn = resp.connection
-                        proto = conn.protocol if conn is not None else None
-                        stamper = proto if isinstance(proto, _ArrivalStamper) else None
-                        if self.backend == "sglang":
-                            await self._stream_generate(rec, resp.content, stamper)
-                        else:
-                            await self._stream_openai(rec, resp.content, stamper)
+                try:
+                    await self._attempt(rec, session, payload, attempt)
+                except aiohttp.ClientError as e:
+                    # Retried once, on a new connection, only when a pooled connection died
+                    # before any response byte in a way that shows the server never read this
+                    # request. A fresh connection's failure, a reset after the request was
+                    # written, or anything after the headers is never re-sent.
+                    if attempt.answered or not attempt.reused or not _never_reached_server(e):
+                        raise
+                    rec.retries += 1
+                    # The start stamp belongs to the attempt that succeeds (this one): the
+                    # dead connection's milliseconds are the client's, not the server's.
+                    rec.t_send = time.perf_counter()
+                    await self._attempt(rec, self.fresh_session, payload, _Attempt())
         except aiohttp.ClientError as e:  # before TimeoutError: a read timeout is both
             rec.fail(_cut_message(rec, e))
         except TimeoutError:
@@ -340,6 +388,34 @@ class LoadGenerator:
         if not rec.ok:
             rec.e2e = time.perf_counter() - rec.t_send if math.isnan(rec.e2e) else rec.e2e
         return rec
+
+    async def _attempt(
+        self,
+        rec: RequestRecord,
+        session: aiohttp.ClientSession,
+        payload: bytes,
+        attempt: _Attempt,
+    ) -> None:
+        """One try of a request: send, then parse the stream into ``rec``."""
+        async with session.post(
+            self._url,
+            data=payload,
+            headers=self._headers,
+            timeout=self._timeout,
+            allow_redirects=False,
+            trace_request_ctx=attempt,
+        ) as resp:
+            attempt.answered = True
+            if resp.status != 200:
+                await _fail_from_body(rec, resp, openai=self.backend != "sglang")
+                return
+            conn = resp.connection
+            proto = conn.protocol if conn is not None else None
+            stamper = proto if isinstance(proto, _ArrivalStamper) else None
+            if self.backend == "sglang":
+                await self._stream_generate(rec, resp.content, stamper)
+            else:
+                await self._stream_openai(rec, resp.content, stamper)
 
     async def _stream_generate(
         self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
@@ -378,212 +454,35 @@ class LoadGenerator:
         parser.finish()
 
 
-class GenerateStreamParser:
-    """SGLang ``/generate`` stream -> ``RequestRecord``, fed one network read at a time.
-
-    Tokens come from ``meta_info.completion_tokens``, which is cumulative. Per read: the
-    events it completes are checked to be plain ``data:`` lines that each carry a count
-    (C-speed searches over the unsplit bytes), and only the first and last counts are parsed;
-    anything else (an error, a comment, a count that did not grow) takes the exact path, event
-    by event, with the same result. No I/O: tests feed it bytes.
-    """
-
-    __slots__ = ("_decoder", "_last_ct", "_last_payload", "rec", "t_done")
-
-    def __init__(self, rec: RequestRecord) -> None:
-        self.rec = rec
-        self.t_done = -1.0  # when [DONE] arrived; nothing after it is parsed
-        self._decoder = SSEDecoder()
-        self._last_ct = 0
-        self._last_payload: bytes | None = None  # the last event with a count
-
-    def feed(self, chunk: bytes, t: float) -> None:
-        """Parse one read that arrived at ``t``; fails the record on an error event."""
-        data, end = self._decoder.take(chunk)
-        if end < 0:
-            return
-        done = _done_at_end(data, end)
-        stop = end - 14 if done else end  # 14: b"\n\ndata: [DONE]"
-        scan = scan_data_lines(data, stop, _CT_KEY) if stop > 0 else (0, 0, 0, 0, 0)
-        if scan is not None:
-            n, first, last, start, stop = scan
-            if n:
-                last_ct = self._last_ct
-                c1 = _int_after(data, first + _CT_LEN)
-                cl = c1 if n == 1 else _int_after(data, last + _CT_LEN)
-                if c1 > last_ct and cl >= c1:
-                    self.rec.add_read(t, c1 - last_ct, cl - last_ct, n)
-                    self._last_ct = cl
-                    self._last_payload = data[start:stop]
-                else:
-                    scan = None  # a count that did not grow: event by event
-        if scan is None:
-            done = self._feed_events(payloads(data, end), t)
-        if done:
-            self.t_done = t
-
-    def _feed_events(self, events: list[bytes], t: float) -> bool:
-        """The exact path: event by event. True when ``[DONE]`` came."""
-        rec = self.rec
-        for data in events:
-            if data == DONE:
-                return True
-            j = data.rfind(_CT_KEY)
-            if j < 0:
-                msg = _error_message(orjson.loads(data))
-                if msg is not None:
-                    rec.fail(_short(f"error in stream: {msg}"))
-                    return False
-                rec.events += 1
-                continue
-            ct = _int_after(data, j + _CT_LEN)
-            if ct > self._last_ct:
-                rec.add_tokens(t, ct - self._last_ct)  # counts the event
-                self._last_ct = ct
-            else:
-                rec.events += 1
-            self._last_payload = data
-        return False
-
-    def finish(self) -> None:
-        """The stream ended: judge it from [DONE] and the last event's ``meta_info``."""
-        rec = self.rec
-        if not rec.ok:
-            return
-        if self.t_done < 0:
-            rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
-            return
-        rec.e2e = self.t_done - rec.t_send
-        if self._last_payload is None:
-            rec.fail("stream finished without any token")
-            return
-        meta = orjson.loads(self._last_payload).get("meta_info") or {}
-        finish = meta.get("finish_reason")
-        if not finish:
-            rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
-        elif isinstance(finish, dict) and finish.get("type") == "abort":
-            rec.fail(_short(f"request aborted by server: {finish.get('message') or finish}"))
-        if isinstance(meta.get("prompt_tokens"), int):
-            rec.prompt_tokens = meta["prompt_tokens"]
-        sal = meta.get("spec_accept_length")
-        if isinstance(sal, int | float):
-            rec.spec_accept_length = float(sal)
-
-
-class OpenAIStreamParser:
-    """OpenAI completions/chat stream -> ``RequestRecord``, fed one network read at a time.
-
-    Tokens come from continuous usage stats when the server sends them, else one per content
-    chunk, reconciled with the final usage. Event by event: OpenAI chunks are small.
-    """
-
-    __slots__ = (
-        "_chat",
-        "_decoder",
-        "_final_usage",
-        "_finish",
-        "_last_ct",
-        "_mode",
-        "_usage_payload",
-        "rec",
-        "t_done",
-    )
-
-    def __init__(self, rec: RequestRecord, *, chat: bool) -> None:
-        self.rec = rec
-        self.t_done = -1.0
-        self._chat = chat
-        self._decoder = SSEDecoder()
-        self._mode: Literal["usage", "chunks"] | None = None
-        self._last_ct = 0
-        self._final_usage: int | None = None
-        self._usage_payload: bytes | None = None
-        self._finish = False
-
-    def feed(self, chunk: bytes, t: float) -> None:
-        """Parse one read that arrived at ``t``; fails the record on an error or abort."""
-        rec = self.rec
-        for data in self._decoder.feed(chunk):
-            if data == DONE:
-                self.t_done = t
-                return
-            if b'"finish_reason":"' in data:
-                if b'"finish_reason":"abort"' in data:
-                    rec.fail("request aborted by server (finish_reason abort)")
-                    return
-                self._finish = True
-            j = data.rfind(_CT_KEY)
-            if j >= 0:
-                self._usage_payload = data
-                ct = _int_after(data, j + _CT_LEN)
-                if self._mode != "chunks" and ct > self._last_ct:
-                    self._mode = "usage"
-                    rec.add_tokens(t, ct - self._last_ct)  # counts the event
-                    self._last_ct = ct
-                    continue
-                if self._mode == "chunks":
-                    self._final_usage = ct  # the closing usage chunk
-                else:
-                    self._mode = "usage"
-                rec.events += 1
-                continue
-            obj = orjson.loads(data)
-            msg = _error_message(obj)
-            if msg is not None:
-                rec.fail(_short(f"error in stream: {msg}"))
-                return
-            if _has_content(obj, self._chat):
-                self._mode = "chunks"
-                rec.add_tokens(t, 1)
-            else:
-                rec.events += 1
-
-    def finish(self) -> None:
-        """The stream ended: judge it from [DONE], finish_reason and the final usage."""
-        rec = self.rec
-        if not rec.ok:
-            return
-        if self.t_done < 0:
-            rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
-            return
-        rec.e2e = self.t_done - rec.t_send
-        if not self._finish:
-            rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
-        if self._mode == "chunks" and self._final_usage is not None:
-            # Chunks can carry several tokens; the server's count is the truth for throughput.
-            rec.output_tokens = self._final_usage
-        if self._usage_payload is not None:
-            usage = orjson.loads(self._usage_payload).get("usage") or {}
-            if isinstance(usage.get("prompt_tokens"), int):
-                rec.prompt_tokens = usage["prompt_tokens"]
-        if rec.output_tokens == 0 and rec.ok:
-            rec.fail("stream finished without any token")
-
-
-async def _fail_from_body(rec: RequestRecord, resp: aiohttp.ClientResponse) -> None:
+async def _fail_from_body(
+    rec: RequestRecord, resp: aiohttp.ClientResponse, *, openai: bool = False
+) -> None:
     """A non-200 answer: the request fails with the server's own message."""
     raw = await resp.read()
     text = raw[:2000].decode("utf-8", "replace")
     try:
-        msg = _error_message(orjson.loads(raw)) or text
+        msg = error_message(orjson.loads(raw)) or text
     except orjson.JSONDecodeError:
         msg = text
-    rec.fail(_short(f"HTTP {resp.status}: {msg}"))
+    hint = extension_hint(resp.status, text) if openai else ""
+    # the hint goes first: a long server message is cut at the end, never the advice
+    rec.fail(hint + short_error(f"HTTP {resp.status}: {msg}"))
+
+
+def extension_hint(status: int, body: str) -> str:
+    """Advice when a 4xx answer names one of our OpenAI-API extension fields, else ''."""
+    if not 400 <= status < 500:
+        return ""
+    named = [f for f in OPENAI_EXTENSION_FIELDS if f in body]
+    if not named:
+        return ""
+    return (
+        f"the server rejects the non-standard field(s) {', '.join(named)}: run with "
+        "--llmperf-openai-extensions=off (env LLMPERF_OPENAI_EXTENSIONS=off); "
+    )
 
 
 def _cut_message(rec: RequestRecord, e: BaseException) -> str:
     where = f"stream cut after {rec.output_tokens} tokens: " if rec.events else ""
-    return _short(f"{where}{type(e).__name__}: {e}" if str(e) else f"{where}{type(e).__name__}")
-
-
-def _has_content(obj: object, chat: bool) -> bool:
-    if not isinstance(obj, dict):
-        return False
-    choices = cast(list[dict[str, Any]], obj.get("choices") or [])
-    if not choices:
-        return False
-    c0 = choices[0]
-    if chat:
-        delta = c0.get("delta") or {}
-        return bool(delta.get("content") or delta.get("reasoning_content"))
-    return bool(c0.get("text"))
+    name = type(e).__name__
+    return short_error(f"{where}{name}: {e}" if str(e) else f"{where}{name}")

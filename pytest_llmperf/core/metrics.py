@@ -96,6 +96,7 @@ def compute_level(
         duration=dur,
         total_input_tokens=in_tok,
         total_output_tokens=out_tok,
+        total_cached_tokens=sum(r.cached_tokens for r in ok),
         request_throughput=rate(len(ok)),
         input_throughput=rate(in_tok),
         output_throughput=rate(out_tok),
@@ -121,6 +122,7 @@ def compute_level(
         errors=distinct_errors(records),
         schedule_lag_p99_ms=summarize_ms(lags)["p99"] if lags else None,
         goodput=goodput(records, slo, dur) if slo and slo.has_request_limits else None,
+        connection_retries=sum(r.retries for r in records),
     )
     if details:
         result.details = request_details(records)

@@ -88,6 +88,7 @@ def judge_health(lags_ms: list[float], cpu_percent: float, transport: str = "") 
         cpu_percent=round(cpu_percent, 1),
         loop_lag_p99_ms=round(p99, 3),
         loop_lag_max_ms=round(worst, 3),
+        loop_lag_samples=len(lags_ms),
         saturated=bool(reasons),
         reason="; ".join(reasons) or None,
     )

@@ -35,6 +35,8 @@ class RequestRecord:
     error: str | None = None
     spec_accept_length: float | None = None  # the server's per-request figure, if it sent one
     t_scheduled: float | None = None  # open-loop arrivals: when this request was due
+    cached_tokens: int = 0  # prompt tokens the server served from its prefix cache
+    retries: int = 0  # re-sent once on a new connection after a stale keep-alive one died
 
     @property
     def ok(self) -> bool:

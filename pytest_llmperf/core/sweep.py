@@ -23,6 +23,7 @@ from typing import Literal, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
+from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor
@@ -201,12 +202,18 @@ async def _measure_level(
     details: bool,
     scrape_metrics: bool,
     slo: Slo | None = None,
+    sizing: ChatSizing | None = None,
 ) -> LevelResult:
     n = workload.num_requests(concurrency)
     notes: list[str] = []
+    if sizing is not None and not sizing.exact:
+        notes.append(
+            f"chat prompts are {sizing.tokens(sizing.filler)} tokens, not {workload.input_len}: "
+            f"the chat template and the prompt's number alone are {sizing.overhead} tokens"
+        )
     flushed, why = await flush_cache(gen.http)
     if not flushed and why:
-        notes.append(why + "; radix cache may hold earlier levels' prompts")
+        notes.append(why)  # the prompts are fresh anyway; only speculative counters carry over
     bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
     tracker = _Tracker(concurrency, n, progress)
     sampler = MetricsSampler(gen.http) if scrape_metrics else None
@@ -261,25 +268,48 @@ async def _measure_level(
         notes.append(f"C={concurrency} > max running requests {cap}: queueing")
     if workload.request_rate is not None:
         notes.append(f"open loop: Poisson {workload.request_rate:g} req/s, at most C in flight")
+    if result.connection_retries:
+        notes.append(
+            f"{result.connection_retries} request(s) re-sent on a new connection: the server had "
+            "closed a pooled keep-alive connection (timed from the successful attempt)"
+        )
     if health.saturated:
         notes.append(f"client saturated: {health.reason}")
     if sampler is not None and sampler.error:
         notes.append(sampler.error)
     result.client = health
+    result.prompt_overhead_tokens = sizing.overhead if sizing is not None else 0
     result.server_metrics = server_metrics
     result.notes = notes
     return result
 
 
-async def _warm_up(gen: LoadGenerator, workload: Workload, progress: ProgressCallback | None):
+async def _warm_up(
+    gen: LoadGenerator,
+    workload: Workload,
+    progress: ProgressCallback | None,
+    prompt_start: int = 0,
+) -> None:
     tracker = _Tracker(0, 1, progress)
     rec = await gen.request(
-        WARMUP_INDEX, warmup_prompt(workload), min(WARMUP_OUTPUT_LEN, workload.output_len)
+        WARMUP_INDEX,
+        warmup_prompt(workload, prompt_start),
+        min(WARMUP_OUTPUT_LEN, workload.output_len),
     )
     tracker.add(rec)
     tracker.report("warmup")
     if not rec.ok:
         raise SweepError(f"warm-up request to {gen.base_url} failed: {rec.error}")
+
+
+async def _size_chat(gen: LoadGenerator, workload: Workload) -> ChatSizing | None:
+    """Chat: size prompts to input_len as the server counts (core/chat_sizing.py)."""
+    if workload.backend != "openai-chat":
+        return None
+    try:
+        return await size_chat_prompts(gen, workload.input_len)
+    except ChatSizingError as e:
+        raise SweepError(str(e)) from None
 
 
 async def run_sweep_async(
@@ -294,8 +324,12 @@ async def run_sweep_async(
     scrape_metrics: bool = False,
     server_mode: Mode = "attached",
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> SweepResult:
-    """Sweep ``levels`` against the server at ``url`` in the running event loop."""
+    """Sweep ``levels`` against the server at ``url`` in the running event loop.
+
+    Level k sends prompt ordinals from ``prompt_start`` plus the requests of levels before it.
+    """
     levels = validate_levels(levels)
     workload = workload or Workload()
     async with LoadGenerator(
@@ -304,13 +338,19 @@ async def run_sweep_async(
         api_key=api_key,
         request_timeout_s=workload.request_timeout_s,
         temperature=workload.temperature,
+        extensions=workload.openai_extensions,
     ) as gen:
         info = await get_server_info(gen.http)
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
-        await _warm_up(gen, workload, progress)
-        prompts = build_prompts(workload, max(workload.num_requests(c) for c in levels))
+        await _warm_up(gen, workload, progress, prompt_start)
+        sizing = await _size_chat(gen, workload)
+        filler = sizing.filler if sizing is not None else None
         result = SweepResult(config=config_name, server=facts, workload=workload)
+        start = prompt_start
         for c in levels:
+            # each level takes fresh prompts: nothing it sends is in any prefix cache
+            prompts = build_prompts(workload, workload.num_requests(c), start, chat_filler=filler)
+            start += len(prompts)
             result.levels.append(
                 await _measure_level(
                     gen,
@@ -322,6 +362,7 @@ async def run_sweep_async(
                     details=details,
                     scrape_metrics=scrape_metrics,
                     slo=slo,
+                    sizing=sizing,
                 )
             )
     return result
@@ -338,8 +379,13 @@ async def run_level_async(
     scrape_metrics: bool = False,
     warmup: bool = True,
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> LevelResult:
-    """One level (flush -> run -> server_info), with its own client, in the running loop."""
+    """One level (flush -> run -> server_info), with its own client, in the running loop.
+
+    Its prompts are ordinals ``prompt_start ..``: a caller measuring a server again passes the
+    count it has sent so far, so no request can hit the prefix cache.
+    """
     validate_levels([concurrency])
     workload = workload or Workload()
     async with LoadGenerator(
@@ -348,11 +394,18 @@ async def run_level_async(
         api_key=api_key,
         request_timeout_s=workload.request_timeout_s,
         temperature=workload.temperature,
+        extensions=workload.openai_extensions,
     ) as gen:
         info = await get_server_info(gen.http)
         if warmup:
-            await _warm_up(gen, workload, progress)
-        prompts = build_prompts(workload, workload.num_requests(concurrency))
+            await _warm_up(gen, workload, progress, prompt_start)
+        sizing = await _size_chat(gen, workload)
+        prompts = build_prompts(
+            workload,
+            workload.num_requests(concurrency),
+            prompt_start,
+            chat_filler=sizing.filler if sizing is not None else None,
+        )
         return await _measure_level(
             gen,
             concurrency,
@@ -363,6 +416,7 @@ async def run_level_async(
             details=details,
             scrape_metrics=scrape_metrics,
             slo=slo,
+            sizing=sizing,
         )
 
 
@@ -412,6 +466,7 @@ def run_sweep(
     scrape_metrics: bool = False,
     server_mode: Mode = "attached",
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> SweepResult:
     """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
     levels = validate_levels(levels)
@@ -428,6 +483,7 @@ def run_sweep(
             scrape_metrics=scrape_metrics,
             server_mode=server_mode,
             slo=slo,
+            prompt_start=prompt_start,
         ),
         timeout_s=sweep_deadline_s(workload, levels),
     )
@@ -444,6 +500,7 @@ def run_level(
     scrape_metrics: bool = False,
     warmup: bool = True,
     slo: Slo | None = None,
+    prompt_start: int = 0,
 ) -> LevelResult:
     """Blocking ``run_level_async`` in its own loop and thread."""
     validate_levels([concurrency])
@@ -459,6 +516,7 @@ def run_level(
             scrape_metrics=scrape_metrics,
             warmup=warmup,
             slo=slo,
+            prompt_start=prompt_start,
         ),
         timeout_s=sweep_deadline_s(workload, [concurrency]),
     )

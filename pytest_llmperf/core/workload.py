@@ -1,9 +1,12 @@
-"""Deterministic prompts: the same token ids at every level and in every run.
+"""Deterministic prompts that no prefix cache can serve.
 
-Prompt ``i`` depends only on (seed, i, input_len), so level C=16 re-sends exactly the prompts
-of C=4 plus more, and tomorrow's run sends today's. The first token encodes the request index,
-so no two prompts of a run share a prefix and the radix cache cannot turn a prefill into a hit
-(levels re-use prompts, which is why the sweep flushes the cache before each level).
+Prompt number ``n`` (its ordinal) depends only on (seed, n, input_len). Each measurement takes
+the next unused ordinals: a sweep's level k starts where level k-1 ended, and a perf run keeps
+counting across levels, repeats and re-runs of one server. So no measured request shares a
+prefix with an earlier one, also on servers without ``/flush_cache`` (llama.cpp, vLLM), and the
+same command sends the same prompts tomorrow. The first token encodes the ordinal (distinct for
+the first 29000 prompts of a run); the second its high part, so later prompts share at most one
+token with an earlier one. The warm-up prompt has first tokens of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ _WORDS = (
 
 
 def prompt_ids(index: int, input_len: int, seed: int = 0) -> list[int]:
-    """Token ids of prompt ``index``: first token from the index, the rest seeded random."""
+    """Token ids of prompt ordinal ``index``: first tokens from the ordinal, the rest seeded."""
     if input_len < 1:
         raise ValueError(f"input_len must be >= 1, got {input_len}")
     # Warm-up (negative index) gets its own first token range so it never prefixes a level prompt.
@@ -42,8 +45,10 @@ def prompt_ids(index: int, input_len: int, seed: int = 0) -> list[int]:
     if input_len == 1:
         return [head]
     rng = np.random.default_rng([seed & 0xFFFFFFFF, index & 0xFFFFFFFF, 0x11F])
-    rest = rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=input_len - 1)
-    return [head, *rest.tolist()]
+    rest = rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=input_len - 1).tolist()
+    if index >= _INDEX_SPAN:  # past the first-token range: the second token tells them apart
+        rest[0] = TOKEN_ID_LOW + (index // _INDEX_SPAN) % _INDEX_SPAN
+    return [head, *rest]
 
 
 def prompt_text(index: int, input_len: int, seed: int = 0) -> str:
@@ -53,18 +58,47 @@ def prompt_text(index: int, input_len: int, seed: int = 0) -> str:
     return " ".join([f"#{index}", *words]) if words else f"#{index}"
 
 
-def build_prompts(workload: Workload, count: int) -> list[list[int]] | list[str]:
-    """The first ``count`` prompts of a workload, ids or text depending on the backend."""
-    if workload.backend == "openai-chat":
-        return [prompt_text(i, workload.input_len, workload.seed) for i in range(count)]
-    return [prompt_ids(i, workload.input_len, workload.seed) for i in range(count)]
+CHAT_NUMBER_DIGITS = 6
+CHAT_FILLER = " the"  # one token in SentencePiece and BPE vocabularies alike
 
 
-def warmup_prompt(workload: Workload) -> list[int] | str:
-    """A prompt that shares no prefix with any level prompt."""
+def chat_prompt(index: int, filler: int) -> str:
+    """A chat message whose token count is linear in ``filler``: the ordinal, then filler.
+
+    The ordinal is written as fixed-width digits, least significant first, so its token count
+    is the same for every prompt (digits split alike in every common tokenizer) and
+    consecutive prompts differ at their first token. ``core/chat_sizing.py`` finds the
+    ``filler`` that makes the server count exactly ``input_len`` prompt tokens.
+    """
+    number = f"{index % 10**CHAT_NUMBER_DIGITS:0{CHAT_NUMBER_DIGITS}d}"[::-1]
+    return number + CHAT_FILLER * filler
+
+
+def build_prompts(
+    workload: Workload, count: int, start: int = 0, *, chat_filler: int | None = None
+) -> list[list[int]] | list[str]:
+    """Prompts ``start .. start + count - 1`` of a workload, ids or text by backend.
+
+    ``chat_filler``: chat prompts sized to the server (``chat_prompt``); else word prompts of
+    about ``input_len`` tokens.
+    """
+    if start < 0:
+        raise ValueError(f"the first prompt ordinal must be >= 0, got {start}")
+    ordinals = range(start, start + count)
+    if workload.backend == "openai-chat" and chat_filler is not None:
+        return [chat_prompt(i, chat_filler) for i in ordinals]
     if workload.backend == "openai-chat":
-        return prompt_text(WARMUP_INDEX, workload.input_len, workload.seed)
-    return prompt_ids(WARMUP_INDEX, workload.input_len, workload.seed)
+        return [prompt_text(i, workload.input_len, workload.seed) for i in ordinals]
+    return [prompt_ids(i, workload.input_len, workload.seed) for i in ordinals]
+
+
+def warmup_prompt(workload: Workload, start: int = 0) -> list[int] | str:
+    """A prompt that shares no prefix with any level prompt, nor with the warm-up of a sweep
+    that started at another ordinal."""
+    index = WARMUP_INDEX - start % 999
+    if workload.backend == "openai-chat":
+        return prompt_text(index, workload.input_len, workload.seed)
+    return prompt_ids(index, workload.input_len, workload.seed)
 
 
 def poisson_offsets(rate: float, count: int, seed: int = 0) -> list[float]:

@@ -228,6 +228,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             tolerances=get("tolerance"),
             update=bool(llm.settings["update"]),
             invalid_policy=llm.settings["invalid"],
+            policy=llm.validity_policy(suite, marker, where),
             nodeid=where,
             on_properties=_properties(request),
             on_compared=lambda pc: llm.points.setdefault(pc.config, []).append(pc),
@@ -255,6 +256,7 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCh
         on_properties=_properties(request),
         on_result=llm.gates.append,
         invalid_policy=llm.settings["invalid"],
+        policy=llm.validity_policy(suite, marker, request.node.nodeid),
     )
 
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pytest_llmperf.verdicts.baseline import BaselineStore
     from pytest_llmperf.verdicts.compare import PointComparison
     from pytest_llmperf.verdicts.gates import GateResult
+    from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 
 def usage_error(message: str) -> pytest.UsageError:
@@ -138,6 +139,12 @@ class LLMPerfSession:
             return suite_values[name]
         return value
 
+    def validity_policy(self, suite: Suite, marker: dict[str, Any], where: str) -> ValidityPolicy:
+        """Validity thresholds (failed requests, length slack, cache hits, client limits)."""
+        from pytest_llmperf.verdicts.validity import policy_from_settings
+
+        return policy_from_settings(lambda name: self.effective(suite, marker, name, where))
+
     def workload(
         self, suite: Suite, marker: dict[str, Any], where: str, config: str | None = None
     ) -> Workload:
@@ -166,6 +173,7 @@ class LLMPerfSession:
             requests_per_level=get("requests"),
             request_timeout_s=get("request_timeout"),
             request_rate=get("request_rate"),
+            openai_extensions=get("openai_extensions"),
         )
 
     # -- parametrization --------------------------------------------------------------------

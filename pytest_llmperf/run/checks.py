@@ -33,6 +33,7 @@ from pytest_llmperf.verdicts.baseline import (
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
 from pytest_llmperf.verdicts.crossover import CrossoverRule, crossover_why, judge_sweep_metric
 from pytest_llmperf.verdicts.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
+from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
 # ``metrics`` (or compare's defaults) are gated.
@@ -110,6 +111,7 @@ class PointCheck:
     tolerances: dict[str, float] = field(default_factory=dict)
     update: bool = False
     invalid_policy: str = "fail"
+    policy: ValidityPolicy | None = None  # validity thresholds from the settings
     nodeid: str = ""
     on_properties: Properties | None = None
     on_compared: Callable[[PointComparison], None] | None = None
@@ -144,6 +146,7 @@ class PointCheck:
                 workload=self.workload,
                 metrics=self.metrics,
                 tolerances=self.tolerances or None,
+                policy=self.policy,
             )
 
         pc = judge()
@@ -223,6 +226,7 @@ class GateCheck:
     on_result: Callable[[GateResult], None] | None = None
     result: GateResult | None = None
     invalid_policy: str = "fail"
+    policy: ValidityPolicy | None = None
 
     def evaluate(self) -> GateResult:
         """Measure both sides (``PointError`` if one cannot be) and evaluate the gate."""
@@ -231,7 +235,7 @@ class GateCheck:
             samples = self.run.ensure(name, self.workload, self.concurrency, 1)
             sweep = self.run.sweep(name, self.workload)
             sweeps[name] = sweep.model_copy(update={"levels": [samples[0]]})
-        self.result = evaluate_gate(self.gate, sweeps)
+        self.result = evaluate_gate(self.gate, sweeps, policy=self.policy)
         return self.result
 
     def judge(self) -> Outcome:

@@ -369,6 +369,14 @@ class PerfRun:
                     " suite's [sweep] or the marker)"
                 )
             t0 = time.monotonic()
+            # llmperf-client: each measurement of a server takes fresh prompt ordinals (no
+            # request can hit a prefix cache); the count of requests measured on it so far.
+            sent = sum(
+                lv.num_requests
+                for (c, _, _), ss in self._samples.items()
+                if c == config
+                for lv in ss
+            )
             try:
                 level = run_level(
                     handle.url,
@@ -380,6 +388,7 @@ class PerfRun:
                     scrape_metrics=self.scrape_metrics,
                     warmup=not state.warmed,
                     slo=self.slo,
+                    prompt_start=sent,  # llmperf-client
                 )
             except Exception as exc:
                 code = handle.poll()

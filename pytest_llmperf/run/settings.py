@@ -23,6 +23,7 @@ from pytest_llmperf.base.values import (
     parse_positive_float,
     parse_positive_int,
     parse_secret,
+    parse_slack,
     parse_str,
     parse_tolerances,
 )
@@ -241,6 +242,49 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "scrape the server's /metrics during each level",
         flag=True,
+    ),
+    # Validity thresholds (verdicts/validity.py ValidityPolicy); defaults are its constants.
+    Setting(
+        "max_failed",
+        parse_nonneg_int,
+        0,
+        "failed requests a level may have and still be judged",
+        marker=True,
+    ),
+    Setting(
+        "length_slack",
+        parse_slack,
+        0.0,
+        "relative slack on delivered vs requested token totals, e.g. 1% (default 0: exact)",
+        marker=True,
+    ),
+    Setting(
+        "max_cached_tokens",
+        parse_nonneg_int,
+        0,
+        "prompt tokens per request the server may serve from its prefix cache (chat templates "
+        "are allowed on top)",
+        marker=True,
+    ),
+    Setting(
+        "loop_lag_limit",
+        parse_positive_float,
+        10.0,
+        "client event-loop lag p99 in ms above which a level is invalid (client saturated)",
+    ),
+    Setting(
+        "cpu_limit",
+        parse_positive_float,
+        90.0,
+        "client CPU in % of one core above which a level is invalid (client saturated)",
+    ),
+    Setting(
+        "openai_extensions",
+        parse_bool,
+        True,
+        "send the non-standard OpenAI-API fields ignore_eos and continuous_usage_stats "
+        "(on/off; turn off for strict servers that answer 400/422 to them)",
+        marker=True,
     ),
 )
 

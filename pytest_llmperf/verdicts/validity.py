@@ -9,11 +9,15 @@ states it next to the number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.base.results import ClientHealth, LevelResult, Workload
+from pytest_llmperf.core.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, MIN_LAG_SAMPLES
 
-__all__ = ["ValidityPolicy", "check_level", "is_valid"]
+__all__ = ["ValidityPolicy", "check_level", "is_valid", "policy_from_settings"]
 
 
 class ValidityPolicy(BaseModel):
@@ -30,10 +34,51 @@ class ValidityPolicy(BaseModel):
     # reachable in-flight count something else (client, connection pool, fast failures) limited
     # the load.
     min_concurrency_ratio: float = Field(default=0.5, gt=0.0, le=1.0)
+    # Prompt tokens per completed request the server may serve from its prefix cache. Every
+    # measured prompt is fresh (core/workload.py), so any hit means another client or a reused
+    # prompt skipped prefills the number claims to include.
+    max_cached_tokens_per_request: int = Field(default=0, ge=0)
+    # The client is the bottleneck above these (core/monitor.py's defaults).
+    loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
+    cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
+
+
+def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
+    """The policy from the settings of ``run/settings.py``, read by name through ``get``."""
+    return ValidityPolicy(
+        max_failed=get("max_failed"),
+        length_tolerance=get("length_slack"),
+        max_cached_tokens_per_request=get("max_cached_tokens"),
+        loop_lag_p99_limit_ms=get("loop_lag_limit"),
+        cpu_percent_limit=get("cpu_limit"),
+    )
 
 
 def _pct(a: float, b: float) -> str:
     return f"{100 * abs(a - b) / b:.1f} %" if b else "n/a"
+
+
+def _saturation(client: ClientHealth, policy: ValidityPolicy) -> str | None:
+    """Why the client was the bottleneck ('' without details), or None when it was not.
+
+    The monitor's own verdict at its default limits; re-judged from its numbers at others.
+    """
+    defaults = (LOOP_LAG_P99_LIMIT_MS, CPU_PERCENT_LIMIT)
+    limits = (policy.loop_lag_p99_limit_ms, policy.cpu_percent_limit)
+    if limits == defaults or not client.loop_lag_samples:  # or a file from before the count
+        return (client.reason or "") if client.saturated else None
+    why = []
+    if (
+        client.loop_lag_samples >= MIN_LAG_SAMPLES
+        and client.loop_lag_p99_ms > policy.loop_lag_p99_limit_ms
+    ):
+        why.append(
+            f"event-loop lag p99 {client.loop_lag_p99_ms:.1f} ms > "
+            f"{policy.loop_lag_p99_limit_ms:g} ms"
+        )
+    if client.cpu_percent > policy.cpu_percent_limit:
+        why.append(f"client CPU {client.cpu_percent:.0f}% > {policy.cpu_percent_limit:g}%")
+    return "; ".join(why) if why else None
 
 
 def check_level(
@@ -45,8 +90,9 @@ def check_level(
     c = level.max_concurrency
 
     client = level.client
-    if client is not None and client.saturated:
-        why = f": {client.reason}" if client.reason else ""
+    saturation = _saturation(client, policy) if client is not None else None
+    if client is not None and saturation is not None:
+        why = f": {saturation}" if saturation else ""
         reasons.append(
             f"the load generator was the bottleneck{why} (client CPU {client.cpu_percent:.0f} %, "
             f"event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms); use more client processes "
@@ -84,6 +130,19 @@ def check_level(
                 f"prompts were {got_in} tokens in total, expected {want_in} "
                 f"({level.completed} × {workload.input_len}), {_pct(got_in, want_in)} off: "
                 "the server's tokenizer re-encoded the prompt to a different length"
+            )
+
+    if level.total_cached_tokens and level.completed > 0:
+        # a chat template (and the prompt's number) is a prefix every chat prompt shares
+        per_request = policy.max_cached_tokens_per_request + level.prompt_overhead_tokens
+        allowed = level.completed * per_request
+        if level.total_cached_tokens > allowed:
+            reasons.append(
+                f"the server served {level.total_cached_tokens} prompt tokens from its prefix "
+                f"cache over {level.completed} completed requests (allowed {allowed}): prefills "
+                "were skipped, so the number is not that of fresh prompts; another client may be "
+                "sending the same prompts, or a server without /flush_cache kept an earlier "
+                "run's (change the seed or restart it)"
             )
 
     closed_loop = workload is None or workload.request_rate is None

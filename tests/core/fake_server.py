@@ -36,6 +36,7 @@ class FakeConfig:
     continuous_usage: bool = True
     metrics: bool = True
     api_key: str | None = None
+    cached_tokens: int = 0  # prompt tokens reported as prefix-cache hits, per request
 
 
 @dataclass
@@ -183,7 +184,7 @@ class FakeServer:
                     "finish_reason": finish,
                     "prompt_tokens": prompt_len,
                     "completion_tokens": ct,
-                    "cached_tokens": 0,
+                    "cached_tokens": self.config.cached_tokens,
                 }
                 if last and self.config.accept_length is not None:
                     meta["spec_accept_length"] = self.config.accept_length
@@ -204,7 +205,10 @@ class FakeServer:
         chat = request.path.endswith("/chat/completions")
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         scenario = self.config.scenario if self._faulty() else "ok"
-        prompt_len = len(body["prompt"]) if isinstance(body.get("prompt"), list) else 7
+        if chat:  # a 4-token chat template around one token per word
+            prompt_len = 4 + len(body["messages"][0]["content"].split())
+        else:
+            prompt_len = len(body["prompt"]) if isinstance(body.get("prompt"), list) else 7
         cont = self.config.continuous_usage and bool(
             (body.get("stream_options") or {}).get("continuous_usage_stats")
         )
@@ -246,7 +250,8 @@ class FakeServer:
             await self._send(resp, chunk(self.config.text_piece * k, finish, ct))
         if chat and scenario != "error_in_stream":
             await self._send(resp, chunk(None, "length", ct))
-        await self._send(resp, orjson.dumps({"id": "x", "choices": [], "usage": usage(ct)}))
+        final = {**usage(ct), "prompt_tokens_details": {"cached_tokens": self.config.cached_tokens}}
+        await self._send(resp, orjson.dumps({"id": "x", "choices": [], "usage": final}))
         await self._send(resp, b"[DONE]")
         await resp.write_eof()
         return resp

@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from pytest_llmperf.core.client import GenerateStreamParser, LoadGenerator, request_body
+from pytest_llmperf.core.client import LoadGenerator, request_body
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.sse import DONE, SSEDecoder
+from pytest_llmperf.core.stream_parsers import GenerateStreamParser
 
 from .fake_server import FakeServer
 
@@ -256,3 +257,20 @@ def test_plain_sglang_reads_never_split_into_events(monkeypatch: pytest.MonkeyPa
         assert rec.ok, rec.error
         assert (rec.output_tokens, rec.events, len(rec.token_times)) == (300, 300, 300)
         assert rec.e2e == float(len(reads))
+
+
+def test_openai_extension_fields_can_be_left_out() -> None:
+    on = orjson.loads(request_body("openai", [1, 2], 8, model="m"))
+    off = orjson.loads(request_body("openai", [1, 2], 8, model="m", extensions=False))
+    assert on["ignore_eos"] is True and on["stream_options"]["continuous_usage_stats"] is True
+    assert "ignore_eos" not in off and off["stream_options"] == {"include_usage": True}
+    assert off["max_tokens"] == 8 and off["prompt"] == [1, 2]
+
+
+def test_a_4xx_naming_an_extension_says_how_to_turn_them_off() -> None:
+    from pytest_llmperf.core.client import extension_hint
+
+    hint = extension_hint(422, '{"detail":[{"loc":["body","ignore_eos"],"msg":"extra"}]}')
+    assert "ignore_eos" in hint and "--llmperf-openai-extensions=off" in hint
+    assert extension_hint(400, '{"error":"max_tokens too large"}') == ""
+    assert extension_hint(500, "ignore_eos") == ""

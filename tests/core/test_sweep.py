@@ -49,12 +49,30 @@ def test_sweep_levels_probes_and_notes(fake_server: FakeServer) -> None:
     assert [(p.concurrency, p.done, p.total) for p in done] == [(1, 4, 4), (8, 16, 16)]
 
 
-def test_same_prompts_at_every_level(fake_server: FakeServer) -> None:
+def test_every_level_sends_fresh_prompts_deterministically(fake_server: FakeServer) -> None:
     run_sweep(fake_server.url, [2, 4], SMALL)
-    bodies = [b["input_ids"] for b in fake_server.state.bodies[1:]]  # skip warm-up
-    level2, level4 = {tuple(b) for b in bodies[:4]}, {tuple(b) for b in bodies[4:]}
-    assert level2 < level4
+    bodies = [tuple(b["input_ids"]) for b in fake_server.state.bodies]
+    warm, level2, level4 = bodies[0], bodies[1:5], bodies[5:]
     assert len(level4) == 8
+    # no measured prompt shares even its first token with any earlier prompt
+    firsts = [b[0] for b in bodies]
+    assert len(set(firsts)) == len(firsts) == 13
+    fake_server.reset()
+    run_sweep(fake_server.url, [2, 4], SMALL)  # the same command sends the same prompts
+    assert [tuple(b["input_ids"]) for b in fake_server.state.bodies] == [warm, *level2, *level4]
+    fake_server.reset()
+    # a later measurement of the same server starts past them: nothing repeats
+    run_level(fake_server.url, 4, SMALL, prompt_start=12)
+    again = [tuple(b["input_ids"]) for b in fake_server.state.bodies]
+    assert again[0] != warm and not set(again[1:]) & set(level2 + level4)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "openai"])
+def test_cached_tokens_reach_the_level(fake_server: FakeServer, backend: str) -> None:
+    fake_server.config.cached_tokens = 5
+    w = Workload(backend=backend, input_len=16, output_len=12)  # type: ignore[arg-type]
+    lv = run_level(fake_server.url, 2, w, warmup=False)
+    assert lv.completed == 4 and lv.total_cached_tokens == 4 * 5
 
 
 def test_legacy_server_info_and_busy_flush(fake_server: FakeServer) -> None:
@@ -110,3 +128,17 @@ def test_async_api_and_metrics_scrape(fake_server: FakeServer) -> None:
 def test_bad_levels_rejected(levels: list[int]) -> None:
     with pytest.raises(ValueError, match="concurrency|levels"):
         validate_levels(levels)
+
+
+def test_chat_prompts_sized_to_the_servers_count(fake_server: FakeServer) -> None:
+    w = Workload(backend="openai-chat", input_len=30, output_len=6)
+    fake_server.config.cached_tokens = 4  # the template prefix, served from cache
+    lv = run_level(fake_server.url, 2, w)
+    # the fake wraps each message in 4 template tokens: content 26 tokens, server counts 30
+    assert lv.completed == 4 and lv.total_input_tokens == 4 * 30
+    assert lv.prompt_overhead_tokens == 5  # template + the prompt's number
+    from pytest_llmperf.verdicts.validity import check_level
+
+    assert check_level(lv, w) == []  # template cache hits are expected, not invalid
+    probes = fake_server.state.bodies[1:3]  # after the warm-up
+    assert all(b["max_completion_tokens"] == 1 for b in probes)

@@ -60,3 +60,26 @@ def test_poisson_offsets_seeded_and_increasing() -> None:
     assert 0.07 < a[-1] / 199 < 0.13
     with pytest.raises(ValueError):
         poisson_offsets(0.0, 3)
+
+
+def test_ordinals_continue_and_never_share_a_first_token() -> None:
+    w = Workload(input_len=8)
+    assert build_prompts(w, 4, start=2) == build_prompts(w, 6)[2:]
+    a, b = build_prompts(w, 100), build_prompts(w, 100, start=100)
+    assert not {p[0] for p in a} & {p[0] for p in b}
+    with pytest.raises(ValueError, match="ordinal"):
+        build_prompts(w, 1, start=-1)
+
+
+def test_past_the_first_token_range_the_second_token_differs() -> None:
+    span = TOKEN_ID_HIGH - TOKEN_ID_LOW
+    early, late = prompt_ids(7, 8), prompt_ids(7 + span, 8)
+    assert early[0] == late[0] and early[:2] != late[:2]
+    assert all(TOKEN_ID_LOW <= t < TOKEN_ID_HIGH for t in late)
+
+
+def test_warmup_prompt_differs_per_start_and_from_level_prompts() -> None:
+    w = Workload(input_len=8)
+    w0, w1 = warmup_prompt(w, 0), warmup_prompt(w, 40)
+    assert isinstance(w0, list) and isinstance(w1, list) and w0[:1] != w1[:1]
+    assert w0[0] >= TOKEN_ID_HIGH and w1[0] >= TOKEN_ID_HIGH

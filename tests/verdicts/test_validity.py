@@ -57,3 +57,55 @@ def test_failures_bound() -> None:
     assert check_level(lv, WORKLOAD, ValidityPolicy(max_failed=2)) == []
     none = lv.model_copy(update={"completed": 0, "failed": 32, "total_output_tokens": 0})
     assert check_level(none, WORKLOAD)[0] == "no request completed (32 of 32 failed)"
+
+
+def test_prefix_cache_hits_invalidate_with_the_count() -> None:
+    lv = make_level(4, 286).model_copy(update={"total_cached_tokens": 640})
+    (reason,) = check_level(lv, WORKLOAD)
+    assert "served 640 prompt tokens from its prefix cache" in reason
+    assert f"over {lv.completed} completed requests (allowed 0)" in reason
+    allowed = ValidityPolicy(max_cached_tokens_per_request=80)
+    assert check_level(lv, WORKLOAD, allowed) == []
+
+
+def test_client_limits_rejudge_from_the_numbers() -> None:
+    from pytest_llmperf.base.results import ClientHealth
+
+    lv = make_level(8, 800).model_copy(
+        update={
+            "client": ClientHealth(
+                cpu_percent=50.0,
+                loop_lag_p99_ms=13.4,
+                loop_lag_samples=500,
+                saturated=True,
+                reason="event-loop lag p99 13.4 ms > 10 ms",
+            )
+        }
+    )
+    (reason,) = check_level(lv, WORKLOAD)  # default limits: the monitor's verdict
+    assert "13.4 ms > 10 ms" in reason
+    assert check_level(lv, WORKLOAD, ValidityPolicy(loop_lag_p99_limit_ms=20.0)) == []
+    relaxed_lag = ValidityPolicy(loop_lag_p99_limit_ms=20.0, cpu_percent_limit=40.0)
+    (strict,) = check_level(lv, WORKLOAD, relaxed_lag)
+    assert "bottleneck: client CPU 50% > 40% (" in strict
+    few = lv.model_copy(update={"client": lv.client.model_copy(update={"loop_lag_samples": 3})})
+    # too few lag probes to judge a p99: only CPU counts at custom limits
+    assert check_level(few, WORKLOAD, ValidityPolicy(loop_lag_p99_limit_ms=5.0)) == []
+
+
+def test_failed_allowance_and_length_slack() -> None:
+    lv = make_level(4, 286, failed=1)
+    assert "1 of 8 requests failed (allowed 0)" in check_level(lv, WORKLOAD)[0]
+    assert check_level(lv, WORKLOAD, ValidityPolicy(max_failed=1)) == []
+
+
+def test_policy_from_the_settings_defaults_is_todays_policy() -> None:
+    from pytest_llmperf.run.settings import SETTINGS_BY_NAME, resolve
+    from pytest_llmperf.verdicts.validity import policy_from_settings
+
+    assert policy_from_settings(lambda n: SETTINGS_BY_NAME[n].default) == ValidityPolicy()
+    env = {"LLMPERF_LENGTH_SLACK": "2%", "LLMPERF_MAX_FAILED": "3", "LLMPERF_CPU_LIMIT": "150"}
+    p = policy_from_settings(lambda n: resolve(n, environ=env))
+    assert (p.length_tolerance, p.max_failed, p.cpu_percent_limit) == (0.02, 3, 150.0)
+    assert resolve("length_slack", environ={"LLMPERF_LENGTH_SLACK": "0"}) == 0.0
+    assert resolve("openai_extensions", cli="off") is False

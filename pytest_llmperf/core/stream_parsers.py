@@ -1,0 +1,255 @@
+"""Stream parsers: one SSE response body -> one ``RequestRecord``, fed a network read at a time.
+
+No I/O here (tests feed bytes): the load generator (``client.py``) owns the sockets and the
+clock and hands every read over with its arrival stamp. For SGLang ``/generate`` the token count
+is the last ``"completion_tokens":`` of the read, found by C-speed searches over the unsplit
+bytes; full JSON is parsed only for the final event, errors, and OpenAI chunks without usage.
+Anything unusual in a read falls back to splitting it into events, with the same result.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, cast
+
+import orjson
+
+from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.sse import DONE, SSEDecoder, payloads, scan_data_lines
+
+MAX_ERROR_CHARS = 300
+_CT_KEY = b'"completion_tokens":'
+_CT_LEN = len(_CT_KEY)
+_DONE_EVENT = b"data: " + DONE
+_INT = re.compile(rb"\s*(\d+)")
+
+
+def _int_after(payload: bytes, pos: int) -> int:
+    m = _INT.match(payload, pos)
+    return int(m.group(1)) if m else -1
+
+
+def _done_at_end(data: bytes, end: int) -> bool:
+    """Whether the last event of ``data[:end]`` is exactly ``data: [DONE]``."""
+    return data.endswith(_DONE_EVENT, 0, end) and (
+        end == 12 or data[end - 14 : end - 12] == b"\n\n"
+    )
+
+
+def error_message(obj: object) -> str | None:
+    """The error carried by an event (SGLang ``{"error": ...}`` or OpenAI ``object: error``)."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj)
+    return None
+
+
+def short_error(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+class GenerateStreamParser:
+    """SGLang ``/generate`` stream -> ``RequestRecord``, fed one network read at a time.
+
+    Tokens come from ``meta_info.completion_tokens``, which is cumulative. Per read: the
+    events it completes are checked to be plain ``data:`` lines that each carry a count
+    (C-speed searches over the unsplit bytes), and only the first and last counts are parsed;
+    anything else (an error, a comment, a count that did not grow) takes the exact path, event
+    by event, with the same result. No I/O: tests feed it bytes.
+    """
+
+    __slots__ = ("_decoder", "_last_ct", "_last_payload", "rec", "t_done")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec = rec
+        self.t_done = -1.0  # when [DONE] arrived; nothing after it is parsed
+        self._decoder = SSEDecoder()
+        self._last_ct = 0
+        self._last_payload: bytes | None = None  # the last event with a count
+
+    def feed(self, chunk: bytes, t: float) -> None:
+        """Parse one read that arrived at ``t``; fails the record on an error event."""
+        data, end = self._decoder.take(chunk)
+        if end < 0:
+            return
+        done = _done_at_end(data, end)
+        stop = end - 14 if done else end  # 14: b"\n\ndata: [DONE]"
+        scan = scan_data_lines(data, stop, _CT_KEY) if stop > 0 else (0, 0, 0, 0, 0)
+        if scan is not None:
+            n, first, last, start, stop = scan
+            if n:
+                last_ct = self._last_ct
+                c1 = _int_after(data, first + _CT_LEN)
+                cl = c1 if n == 1 else _int_after(data, last + _CT_LEN)
+                if c1 > last_ct and cl >= c1:
+                    self.rec.add_read(t, c1 - last_ct, cl - last_ct, n)
+                    self._last_ct = cl
+                    self._last_payload = data[start:stop]
+                else:
+                    scan = None  # a count that did not grow: event by event
+        if scan is None:
+            done = self._feed_events(payloads(data, end), t)
+        if done:
+            self.t_done = t
+
+    def _feed_events(self, events: list[bytes], t: float) -> bool:
+        """The exact path: event by event. True when ``[DONE]`` came."""
+        rec = self.rec
+        for data in events:
+            if data == DONE:
+                return True
+            j = data.rfind(_CT_KEY)
+            if j < 0:
+                msg = error_message(orjson.loads(data))
+                if msg is not None:
+                    rec.fail(short_error(f"error in stream: {msg}"))
+                    return False
+                rec.events += 1
+                continue
+            ct = _int_after(data, j + _CT_LEN)
+            if ct > self._last_ct:
+                rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                self._last_ct = ct
+            else:
+                rec.events += 1
+            self._last_payload = data
+        return False
+
+    def finish(self) -> None:
+        """The stream ended: judge it from [DONE] and the last event's ``meta_info``."""
+        rec = self.rec
+        if not rec.ok:
+            return
+        if self.t_done < 0:
+            rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
+            return
+        rec.e2e = self.t_done - rec.t_send
+        if self._last_payload is None:
+            rec.fail("stream finished without any token")
+            return
+        meta = orjson.loads(self._last_payload).get("meta_info") or {}
+        finish = meta.get("finish_reason")
+        if not finish:
+            rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
+        elif isinstance(finish, dict) and finish.get("type") == "abort":
+            rec.fail(short_error(f"request aborted by server: {finish.get('message') or finish}"))
+        if isinstance(meta.get("prompt_tokens"), int):
+            rec.prompt_tokens = meta["prompt_tokens"]
+        if isinstance(meta.get("cached_tokens"), int):
+            rec.cached_tokens = meta["cached_tokens"]
+        sal = meta.get("spec_accept_length")
+        if isinstance(sal, int | float):
+            rec.spec_accept_length = float(sal)
+
+
+class OpenAIStreamParser:
+    """OpenAI completions/chat stream -> ``RequestRecord``, fed one network read at a time.
+
+    Tokens come from continuous usage stats when the server sends them, else one per content
+    chunk, reconciled with the final usage. Event by event: OpenAI chunks are small.
+    """
+
+    __slots__ = (
+        "_chat",
+        "_decoder",
+        "_final_usage",
+        "_finish",
+        "_last_ct",
+        "_mode",
+        "_usage_payload",
+        "rec",
+        "t_done",
+    )
+
+    def __init__(self, rec: RequestRecord, *, chat: bool) -> None:
+        self.rec = rec
+        self.t_done = -1.0
+        self._chat = chat
+        self._decoder = SSEDecoder()
+        self._mode: Literal["usage", "chunks"] | None = None
+        self._last_ct = 0
+        self._final_usage: int | None = None
+        self._usage_payload: bytes | None = None
+        self._finish = False
+
+    def feed(self, chunk: bytes, t: float) -> None:
+        """Parse one read that arrived at ``t``; fails the record on an error or abort."""
+        rec = self.rec
+        for data in self._decoder.feed(chunk):
+            if data == DONE:
+                self.t_done = t
+                return
+            if b'"finish_reason":"' in data:
+                if b'"finish_reason":"abort"' in data:
+                    rec.fail("request aborted by server (finish_reason abort)")
+                    return
+                self._finish = True
+            j = data.rfind(_CT_KEY)
+            if j >= 0:
+                self._usage_payload = data
+                ct = _int_after(data, j + _CT_LEN)
+                if self._mode != "chunks" and ct > self._last_ct:
+                    self._mode = "usage"
+                    rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                    self._last_ct = ct
+                    continue
+                if self._mode == "chunks":
+                    self._final_usage = ct  # the closing usage chunk
+                else:
+                    self._mode = "usage"
+                rec.events += 1
+                continue
+            obj = orjson.loads(data)
+            msg = error_message(obj)
+            if msg is not None:
+                rec.fail(short_error(f"error in stream: {msg}"))
+                return
+            if _has_content(obj, self._chat):
+                self._mode = "chunks"
+                rec.add_tokens(t, 1)
+            else:
+                rec.events += 1
+
+    def finish(self) -> None:
+        """The stream ended: judge it from [DONE], finish_reason and the final usage."""
+        rec = self.rec
+        if not rec.ok:
+            return
+        if self.t_done < 0:
+            rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
+            return
+        rec.e2e = self.t_done - rec.t_send
+        if not self._finish:
+            rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
+        if self._mode == "chunks" and self._final_usage is not None:
+            # Chunks can carry several tokens; the server's count is the truth for throughput.
+            rec.output_tokens = self._final_usage
+        if self._usage_payload is not None:
+            usage = orjson.loads(self._usage_payload).get("usage") or {}
+            if isinstance(usage.get("prompt_tokens"), int):
+                rec.prompt_tokens = usage["prompt_tokens"]
+            details = usage.get("prompt_tokens_details") or {}
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                rec.cached_tokens = details["cached_tokens"]
+        if rec.output_tokens == 0 and rec.ok:
+            rec.fail("stream finished without any token")
+
+
+def _has_content(obj: object, chat: bool) -> bool:
+    if not isinstance(obj, dict):
+        return False
+    choices = cast(list[dict[str, Any]], obj.get("choices") or [])
+    if not choices:
+        return False
+    c0 = choices[0]
+    if chat:
+        delta = c0.get("delta") or {}
+        return bool(delta.get("content") or delta.get("reasoning_content"))
+    return bool(c0.get("text"))
