@@ -54,6 +54,10 @@ def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
     )
 
 
+# Below this client CPU, event-loop lag means the client waited for a CPU, not that it was busy.
+STARVED_CPU_PERCENT = 50.0
+
+
 def _pct(a: float, b: float) -> str:
     return f"{100 * abs(a - b) / b:.1f} %" if b else "n/a"
 
@@ -93,11 +97,22 @@ def check_level(
     saturation = _saturation(client, policy) if client is not None else None
     if client is not None and saturation is not None:
         why = f": {saturation}" if saturation else ""
-        reasons.append(
-            f"the load generator was the bottleneck{why} (client CPU {client.cpu_percent:.0f} %, "
-            f"event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms); use more client processes "
-            "or the aiohttp transport"
-        )
+        if client.cpu_percent < STARVED_CPU_PERCENT:
+            # Lag with an idle client: other processes on this machine held the CPU.
+            reasons.append(
+                f"the load generator was starved of CPU{why} while it used only "
+                f"{client.cpu_percent:.0f} % of a core: other processes on this machine held "
+                "the CPU, so its timestamps are late by about the lag. Measure on a quieter "
+                f"machine, or raise --llmperf-loop-lag-limit if {client.loop_lag_p99_ms:.0f} ms is "
+                f"small next to the latencies measured (TTFT p50 {level.median_ttft_ms:.1f} ms, "
+                f"ITL p50 {level.median_itl_ms:.1f} ms)"
+            )
+        else:
+            reasons.append(
+                f"the load generator was the bottleneck{why} (client CPU "
+                f"{client.cpu_percent:.0f} %, event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms):"
+                " one client process cannot keep up; use more client processes"
+            )
 
     if level.completed == 0:
         reasons.append(f"no request completed ({level.failed} of {level.num_requests} failed)")

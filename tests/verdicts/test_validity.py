@@ -109,3 +109,22 @@ def test_policy_from_the_settings_defaults_is_todays_policy() -> None:
     assert (p.length_tolerance, p.max_failed, p.cpu_percent_limit) == (0.02, 3, 150.0)
     assert resolve("length_slack", environ={"LLMPERF_LENGTH_SLACK": "0"}) == 0.0
     assert resolve("openai_extensions", cli="off") is False
+
+
+def test_a_lagging_idle_client_was_starved_not_the_bottleneck() -> None:
+    """Lag at 2 % client CPU (seen against llama-server on a busy 2-core box): other processes
+    held the CPU; the reason says so and names the setting that accepts a small lag."""
+    from pytest_llmperf.base.results import ClientHealth
+
+    lv = make_level(4, 52.6)
+    client = ClientHealth(
+        cpu_percent=2.0,
+        loop_lag_p99_ms=19.0,
+        loop_lag_samples=500,
+        saturated=True,
+        reason="event-loop lag p99 19.0 ms > 10 ms",
+    )
+    (reason,) = check_level(lv.model_copy(update={"client": client}), WORKLOAD)
+    assert reason.startswith("the load generator was starved of CPU: event-loop lag p99 19.0 ms")
+    assert "only 2 % of a core" in reason and "--llmperf-loop-lag-limit" in reason
+    assert "bottleneck" not in reason
