@@ -8,6 +8,7 @@ several tests asserting on one point cost one measurement.
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import sys
 import threading
@@ -45,6 +46,16 @@ from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.run.suite import Suite
 
 PROBE_TIMEOUT_S = 30.0
+
+
+def fresh_prompt_base() -> int:
+    """A random first ordinal, so an earlier run's prompts are unlikely to come back: two runs
+    of n prompts each overlap with odds of about 2n / 27000 (under 1 % for n = 100), and only
+    where their ordinal ranges meet."""
+    return secrets.randbelow(PROMPT_ORDINALS)
+
+
+PROMPT_ORDINALS = 27000  # ordinals below 29000 have distinct first tokens (core/workload.py)
 
 
 class PointError(LLMPerfError, RuntimeError):
@@ -96,6 +107,10 @@ class _ConfigState:
     facts: ServerFacts | None = None
     error: str | None = None
     warmed: bool = False
+    # Where this run's prompt ordinals start: 0 (the same prompts every run) on servers that
+    # reset their prefix cache; a random block on those that cannot (llama.cpp, vLLM without
+    # dev mode), so an earlier run's cached prompts cannot flatter this one.
+    prompt_base: int = 0
 
 
 @dataclass
@@ -279,6 +294,8 @@ class PerfRun:
                 raise PointError(state.error) from None
             state.handle = handle
             state.facts = self._probe(handle, mode)
+            if handle.kind is not None and handle.kind.cache_reset_route is None:
+                state.prompt_base = fresh_prompt_base()
             return handle
 
     def _died_message(self, config: str, handle: ServerHandle, code: int) -> str:
@@ -371,7 +388,7 @@ class PerfRun:
             t0 = time.monotonic()
             # llmperf-client: each measurement of a server takes fresh prompt ordinals (no
             # request can hit a prefix cache); the count of requests measured on it so far.
-            sent = sum(
+            sent = state.prompt_base + sum(
                 lv.num_requests
                 for (c, _, _), ss in self._samples.items()
                 if c == config
@@ -390,6 +407,11 @@ class PerfRun:
                     slo=self.slo,
                     prompt_start=sent,  # llmperf-client
                 )
+                if state.prompt_base:
+                    level.notes.append(
+                        f"prompts from ordinal {state.prompt_base}: the server cannot reset its "
+                        "prefix cache, so this run sends prompts no earlier run sent"
+                    )
             except Exception as exc:
                 code = handle.poll()
                 if code is not None:
