@@ -240,7 +240,10 @@ class GateCheck:
         for name in (self.gate.config, self.gate.reference):
             samples = self.run.ensure(name, self.workload, self.concurrency, 1)
             sweep = self.run.sweep(name, self.workload)
-            sweeps[name] = sweep.model_copy(update={"levels": [samples[0]]})
+            # Every sample of this C (re-runs included), judged with their noise margin.
+            sweeps[name] = sweep.model_copy(
+                update={"levels": [samples[0]], "repeats": {self.concurrency: samples[1:]}}
+            )
         self.result = evaluate_gate(self.gate, sweeps, policy=self.policy)
         return self.result
 
@@ -255,6 +258,9 @@ class GateCheck:
             if self.invalid_policy == "fail":
                 return Outcome.fail(res.message())
             return Outcome("skip", f"llmperf INVALID measurement: {res.message()}")
+        if res.verdict == Verdict.INCONCLUSIVE:
+            # Inside the noise: neither met nor missed; say so instead of deciding by chance.
+            return Outcome(warnings=[("inconclusive", res.message())])
         if res.verdict != Verdict.PASS:
             return Outcome.fail(res.message())
         return Outcome()
