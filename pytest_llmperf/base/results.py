@@ -103,6 +103,24 @@ class RequestDetails(_Model):
     errors: list[str | None] = Field(default_factory=list)
 
 
+class SteadyState(_Model):
+    """The stretch of a level with C requests in flight: ramp-up and drain cut off.
+
+    Closed loop, it runs from the C-th send to the first completion after the last send (after
+    that nothing replaces a finished request). Throughput judged here does not depend on how
+    long the ramp-up and drain were, which is what made short levels noisy.
+    """
+
+    start_s: float  # from the level's first send
+    window_s: float
+    output_tokens: int  # tokens that arrived inside the window
+    output_throughput: float  # tok/s inside the window
+
+
+# Metrics judged on the steady-state window when a level has one (``LevelResult.judged_value``).
+STEADY_METRICS: dict[str, str] = {"output_throughput": "output_throughput"}
+
+
 class LevelResult(_Model):
     """One concurrency level of a sweep, with bench_serving's key names."""
 
@@ -154,6 +172,19 @@ class LevelResult(_Model):
     client: ClientHealth | None = None
     server_metrics: dict[str, float] | None = None
     details: RequestDetails | None = None
+    # The judged statistic's window and its within-run error (``core/metrics.py``): relative
+    # standard error of each judged metric from this level's own data, and which server launch
+    # measured it (samples sharing a launch are not independent for between-launch noise).
+    steady: SteadyState | None = None
+    within_se: dict[str, float] = Field(default_factory=dict)
+    launch: str | None = None
+
+    def judged_value(self, name: str) -> float | None:
+        """The value verdicts judge: the steady-state window's where there is one, else
+        ``metric_value`` (bench_serving's whole-run number, kept beside it)."""
+        if self.steady is not None and name in STEADY_METRICS:
+            return float(getattr(self.steady, STEADY_METRICS[name]))
+        return self.metric_value(name)
 
     def metric_value(self, name: str) -> float | None:
         """The value of a metric defined in ``metric_defs`` (None when not measured)."""

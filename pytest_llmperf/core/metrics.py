@@ -7,6 +7,12 @@ Definitions (``metric_defs.py`` holds the user-facing wording):
 - ITL is pooled over every gap of every request, a multi-token event's gap split evenly;
 - per_request_throughput = mean over requests of (output_tokens - 1) / (e2e - ttft);
 - concurrency = sum of e2e latencies / duration (achieved, not the target C).
+
+Beside them, the numbers verdicts judge (issue 9): the steady-state window (C requests in
+flight, ramp-up and drain cut off, ``steady_window``) and each judged metric's within-run
+relative standard error (``within_run_se``): batch means over the window for throughput,
+request-to-request spread for per-request metrics. They measure this run's own noise instead
+of assuming one.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from pytest_llmperf.base.results import LevelResult, RequestDetails
+from pytest_llmperf.base.results import LevelResult, RequestDetails, SteadyState
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.slo import Slo, goodput
 
 MAX_DISTINCT_ERRORS = 10
+STEADY_BATCHES = 8  # batch means over the window: enough dof, batches long enough to average
+MIN_WINDOW_TOKENS = 64  # fewer tokens in the window: no steady-state statistic
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # se(median) ~ 1.2533 sd / sqrt(n), normal data
 
 
 def summarize_ms(values_s: Sequence[float] | np.ndarray) -> dict[str, float | None]:
@@ -55,6 +64,97 @@ def distinct_errors(records: Iterable[RequestRecord], cap: int = MAX_DISTINCT_ER
     if len(ranked) > cap:
         out.append(f"... and {len(ranked) - cap} more distinct errors")
     return out
+
+
+def steady_window(records: Sequence[RequestRecord], concurrency: int) -> tuple[float, float] | None:
+    """(start, end) of the stretch with ``concurrency`` requests in flight, absolute times.
+
+    Start: the C-th send (all C slots busy). End: the first completion at or after the last
+    send (from then on, finished requests are not replaced). None when the level never had C
+    in flight (fewer requests than C) or the window is empty.
+    """
+    done = [r for r in records if not math.isnan(r.t_send) and not math.isnan(r.e2e)]
+    if concurrency < 1 or len(done) < concurrency:
+        return None
+    sends = sorted(r.t_send for r in done)
+    start, last_send = sends[concurrency - 1], sends[-1]
+    ends = [r.t_send + r.e2e for r in done if r.t_send + r.e2e >= last_send]
+    end = min(ends) if ends else last_send
+    return (start, end) if end > start else None
+
+
+def _window_tokens(records: Sequence[RequestRecord], t0: float, t1: float) -> np.ndarray:
+    times = [np.frombuffer(r.token_times, dtype=float) for r in records if r.ok and r.token_times]
+    if not times:
+        return np.empty(0)
+    allt = np.concatenate(times)
+    return allt[(allt >= t0) & (allt <= t1)]
+
+
+def steady_state(
+    records: Sequence[RequestRecord], concurrency: int, first_send: float
+) -> tuple[SteadyState | None, float | None]:
+    """The steady-state window's throughput, and its relative standard error by batch means
+    (None when the window holds too few tokens to judge)."""
+    win = steady_window(records, concurrency)
+    if win is None:
+        return None, None
+    t0, t1 = win
+    toks = _window_tokens(records, t0, t1)
+    if toks.size < MIN_WINDOW_TOKENS:
+        return None, None
+    span = t1 - t0
+    steady = SteadyState(
+        start_s=t0 - first_send,
+        window_s=span,
+        output_tokens=int(toks.size),
+        output_throughput=float(toks.size / span),
+    )
+    counts = np.histogram(toks, bins=STEADY_BATCHES, range=(t0, t1))[0].astype(float)
+    mean = counts.mean()
+    se = float(counts.std(ddof=1) / math.sqrt(STEADY_BATCHES) / mean) if mean > 0 else None
+    return steady, se
+
+
+def _rel_se_mean(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    m = float(np.mean(values))
+    return float(np.std(values, ddof=1) / math.sqrt(len(values)) / abs(m)) if m else None
+
+
+def _rel_se_median(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    med = float(np.median(values))
+    sd = float(np.std(values, ddof=1))
+    return MEDIAN_SE_FACTOR * sd / math.sqrt(len(values)) / abs(med) if med else None
+
+
+def within_run_se(
+    records: Sequence[RequestRecord], throughput_se: float | None
+) -> dict[str, float]:
+    """Relative standard error of each judged metric from this level's own data.
+
+    Throughput: batch means over the steady window (``throughput_se``). Per-request metrics:
+    their spread over requests (ITL through each request's median gap, so one request's
+    thousand gaps count once). These see within-run noise only; per-launch speed needs
+    re-runs in fresh launches (``run/perfrun.py``).
+    """
+    ok = [r for r in records if r.ok]
+    out: dict[str, float | None] = {
+        "output_throughput": throughput_se,
+        "per_request_throughput": _rel_se_mean(
+            [
+                (r.output_tokens - 1) / (r.e2e - r.ttft)
+                for r in ok
+                if r.output_tokens > 1 and r.e2e > r.ttft
+            ]
+        ),
+        "median_ttft_ms": _rel_se_median([r.ttft for r in ok if not math.isnan(r.ttft)]),
+        "median_itl_ms": _rel_se_median([float(np.median(g)) for r in ok if (g := r.itls())]),
+    }
+    return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
 def compute_level(
@@ -124,9 +224,20 @@ def compute_level(
         goodput=goodput(records, slo, dur) if slo and slo.has_request_limits else None,
         connection_retries=sum(r.retries for r in records),
     )
+    sent = [r.t_send for r in records if not math.isnan(r.t_send)]
+    if sent and workload_closed_loop(records):
+        result.steady, thr_se = steady_state(records, max_concurrency, min(sent))
+    else:
+        thr_se = None
+    result.within_se = within_run_se(records, thr_se)
     if details:
         result.details = request_details(records)
     return result
+
+
+def workload_closed_loop(records: Sequence[RequestRecord]) -> bool:
+    """Open-loop levels (scheduled arrivals) have no fixed C in flight: no steady window."""
+    return all(r.t_scheduled is None for r in records)
 
 
 def request_details(records: Sequence[RequestRecord]) -> RequestDetails:

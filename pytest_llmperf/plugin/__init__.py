@@ -224,6 +224,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             store=llm.store,
             repeat=get("repeat"),
             max_reruns=get("max_reruns"),
+            baseline_repeat=get("baseline_repeat"),  # noise
             metrics=get("metrics"),
             tolerances=get("tolerance"),
             update=bool(llm.settings["update"]),

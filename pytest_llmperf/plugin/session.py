@@ -344,6 +344,7 @@ class LLMPerfSession:
                     progress=_progress_printer(),
                     env=self.environment(),
                     slo=suite.slo,
+                    relaunch=s["relaunch"],  # noise
                 )
             except ValueError as exc:
                 raise usage_error(str(exc)) from None

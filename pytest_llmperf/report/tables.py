@@ -7,6 +7,7 @@ and error messages are user input and may contain ``--api-key`` or an ``Authoriz
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -143,6 +144,23 @@ def _ms(v: float | None) -> str:
     return fmt_num(v) if v is not None else "–"
 
 
+def judged_cell(samples: Sequence[LevelResult], name: str) -> str:
+    """The judged statistic of a point as a table cell: mean of all samples, its spread and n
+    (``1571.1 ±2.3% n=3``); with one sample the spread is its within-run standard error."""
+    vals = [v for lv in samples if (v := lv.judged_value(name)) is not None]
+    if not vals:
+        return "–"
+    mean = statistics.fmean(vals)
+    if len(vals) >= 2:
+        spread: float | None = statistics.stdev(vals) / abs(mean) if mean else None
+    else:
+        spread = samples[0].within_se.get(name)
+    cell = f"{mean:.1f}"
+    if spread is not None:
+        cell += f" ±{100 * spread:.1f}%"
+    return cell + (f" n={len(vals)}" if len(vals) > 1 else "")
+
+
 def level_rows(
     sweep: SweepResult,
     points: Sequence[PointComparison] | Mapping[int, PointComparison] | None = None,
@@ -154,8 +172,8 @@ def level_rows(
         rows.append(
             [
                 str(lv.max_concurrency),
-                f"{lv.output_throughput:.1f}",
-                f"{lv.per_request_throughput:.1f}",
+                judged_cell(sweep.samples(lv.max_concurrency), "output_throughput"),
+                judged_cell(sweep.samples(lv.max_concurrency), "per_request_throughput"),
                 str(lv.total_output_tokens),
                 f"{lv.duration:.1f}",
                 f"{lv.completed}" + (f" ({lv.failed} failed)" if lv.failed else ""),

@@ -107,6 +107,7 @@ class PointCheck:
     store: BaselineStore
     repeat: int = 1
     max_reruns: int = 2
+    baseline_repeat: int = 1  # samples when recording (update), each from its own launch
     metrics: Sequence[str] | None = None
     tolerances: dict[str, float] = field(default_factory=dict)
     update: bool = False
@@ -120,12 +121,16 @@ class PointCheck:
     comparison: PointComparison | None = None
 
     def measure(self) -> None:
-        """Measure (or reuse) ``repeat`` samples of this point; ``PointError`` if it cannot."""
-        self.samples = self.run.ensure(self.config, self.workload, self.concurrency, self.repeat)
+        """Measure (or reuse) ``repeat`` samples of this point (``baseline_repeat`` when
+        recording, from fresh launches); ``PointError`` if it cannot."""
+        n = max(self.repeat, self.baseline_repeat) if self.update else self.repeat
+        self.samples = self.run.ensure(
+            self.config, self.workload, self.concurrency, n, independent=n > 1
+        )
 
     @property
     def result(self) -> LevelResult:
-        """The first sample: the numbers the summary table shows."""
+        """The first sample (per-request facts, failures); verdicts and tables use all."""
         return self.samples[0]
 
     @property
@@ -154,7 +159,8 @@ class PointCheck:
             if pc.verdict != Verdict.INCONCLUSIVE or self.update:
                 break
             try:
-                self.run.measure(self.config, self.workload, self.concurrency)
+                # A re-run on the same launch shares its speed and proves little: relaunch.
+                self.run.measure(self.config, self.workload, self.concurrency, fresh_launch=True)
             except PointError:
                 break
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
@@ -234,7 +240,10 @@ class GateCheck:
         for name in (self.gate.config, self.gate.reference):
             samples = self.run.ensure(name, self.workload, self.concurrency, 1)
             sweep = self.run.sweep(name, self.workload)
-            sweeps[name] = sweep.model_copy(update={"levels": [samples[0]]})
+            # Every sample of this C (re-runs included), judged with their noise margin.
+            sweeps[name] = sweep.model_copy(
+                update={"levels": [samples[0]], "repeats": {self.concurrency: samples[1:]}}
+            )
         self.result = evaluate_gate(self.gate, sweeps, policy=self.policy)
         return self.result
 
@@ -249,6 +258,9 @@ class GateCheck:
             if self.invalid_policy == "fail":
                 return Outcome.fail(res.message())
             return Outcome("skip", f"llmperf INVALID measurement: {res.message()}")
+        if res.verdict == Verdict.INCONCLUSIVE:
+            # Inside the noise: neither met nor missed; say so instead of deciding by chance.
+            return Outcome(warnings=[("inconclusive", res.message())])
         if res.verdict != Verdict.PASS:
             return Outcome.fail(res.message())
         return Outcome()

@@ -111,6 +111,7 @@ class _ConfigState:
     # reset their prefix cache; a random block on those that cannot (llama.cpp, vLLM without
     # dev mode), so an earlier run's cached prompts cannot flatter this one.
     prompt_base: int = 0
+    launch_id: str | None = None  # which launch measured a sample (honest n, issue 9)
 
 
 @dataclass
@@ -133,6 +134,10 @@ class PerfRun:
     # The environment holds secrets (LLMPERF_API_KEY, HF tokens): never in a repr.
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     slo: Slo | None = None  # goodput is computed per level when set
+    # "rerun": restart a launched/simulated server before a sample that must be independent
+    # of the current launch's speed (``measure(fresh_launch=True)``); "never": reuse it.
+    relaunch: str = "never"
+    _launches: int = 0
     _states: dict[str, _ConfigState] = field(default_factory=dict, repr=False)
     _samples: dict[tuple[str, Workload, int], list[LevelResult]] = field(
         default_factory=dict, repr=False
@@ -293,10 +298,27 @@ class PerfRun:
                 state.error = f"config {config!r}: server did not start: {exc}"
                 raise PointError(state.error) from None
             state.handle = handle
+            self._launches += 1
+            state.launch_id = f"{config}#{self._launches}" if mode != "attached" else config
             state.facts = self._probe(handle, mode)
             if handle.kind is not None and handle.kind.cache_reset_route is None:
                 state.prompt_base = fresh_prompt_base()
             return handle
+
+    def can_relaunch(self, config: str) -> bool:
+        """Whether a re-run of ``config`` can get a fresh launch (attached servers cannot)."""
+        return self.relaunch == "rerun" and self.mode_for(config) != "attached"
+
+    def relaunch_config(self, config: str) -> bool:
+        """Stop ``config``'s server so the next measurement launches it afresh; False when the
+        setting or the mode does not allow it (the next sample then shares the launch)."""
+        with self._lock:
+            if not self.can_relaunch(config):
+                return False
+            state = self._states.get(config)
+            if state is not None and state.handle is not None and not state.handle.closed:
+                self.stop(config)
+            return True
 
     def _died_message(self, config: str, handle: ServerHandle, code: int) -> str:
         return (
@@ -367,9 +389,14 @@ class PerfRun:
     def samples(self, config: str, workload: Workload, concurrency: int) -> list[LevelResult]:
         return list(self._samples.get((config, workload, concurrency), []))
 
-    def measure(self, config: str, workload: Workload, concurrency: int) -> LevelResult:
-        """Measure the level once more and keep the sample."""
+    def measure(
+        self, config: str, workload: Workload, concurrency: int, *, fresh_launch: bool = False
+    ) -> LevelResult:
+        """Measure the level once more and keep the sample; ``fresh_launch`` first restarts
+        the server when ``relaunch`` allows, so the sample is a new launch's."""
         with self._lock:
+            if fresh_launch:
+                self.relaunch_config(config)
             handle = self.server(config)
             state = self._state(config)
 
@@ -429,6 +456,7 @@ class PerfRun:
                     )
                 ) from None
             state.warmed = True
+            level.launch = state.launch_id
             code = handle.poll()
             if code is not None:
                 # Requests failed because the server died: say so instead of blaming the numbers.
@@ -441,11 +469,19 @@ class PerfRun:
             return level
 
     def ensure(
-        self, config: str, workload: Workload, concurrency: int, n: int
+        self,
+        config: str,
+        workload: Workload,
+        concurrency: int,
+        n: int,
+        *,
+        independent: bool = False,
     ) -> list[LevelResult]:
-        """At least ``n`` samples of the point (measuring only what is missing)."""
+        """At least ``n`` samples of the point (measuring only what is missing); with
+        ``independent``, each sample after the first comes from a fresh launch."""
         for _ in range(max(0, n - len(self.samples(config, workload, concurrency)))):
-            self.measure(config, workload, concurrency)
+            fresh = independent and bool(self.samples(config, workload, concurrency))
+            self.measure(config, workload, concurrency, fresh_launch=fresh)
         return self.samples(config, workload, concurrency)
 
     def sweep(self, config: str, workload: Workload) -> SweepResult:

@@ -137,6 +137,22 @@ SETTINGS: tuple[Setting, ...] = (
         marker=True,
     ),
     Setting(
+        "baseline_repeat",
+        parse_positive_int,
+        3,
+        "samples per point when recording a baseline (--llmperf-update), each in a fresh "
+        "server launch where --llmperf-relaunch allows: the baseline then carries its own noise",
+        marker=True,
+    ),
+    Setting(
+        "relaunch",
+        parse_choice("rerun", "never"),
+        "rerun",
+        "restart a launched (or simulated) server before each re-run and each extra baseline "
+        "sample, so samples are independent of one launch's speed (rerun, default), or never; "
+        "attached servers are never restarted and their samples count as one launch",
+    ),
+    Setting(
         "max_reruns",
         parse_nonneg_int,
         2,

@@ -42,6 +42,7 @@ class SweepSection(BaseModel):
     backend: str | None = None
     seed: int | None = None
     repeat: int | None = Field(default=None, gt=0)
+    baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording (issue 9)
     request_rate: float | None = Field(default=None, gt=0)
     metrics: tuple[str, ...] | None = None
     tolerance: dict[str, Any] | None = None

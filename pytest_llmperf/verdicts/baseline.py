@@ -8,6 +8,7 @@ re-exported here so ``from pytest_llmperf.verdicts.baseline import ...`` keeps w
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ from pytest_llmperf.verdicts.baseline_file import (
     load_baseline_file,
     write_baseline_file,
 )
+from pytest_llmperf.verdicts.stats import launch_means
 
 __all__ = [
     "MAX_RAW_SAMPLES",
@@ -59,15 +61,25 @@ def summarize(
     *,
     tolerance: float | None = None,
     reference: str | None = None,
+    launches: Sequence[str | None] | None = None,
+    within_se: Sequence[float | None] = (),
 ) -> MetricSummary:
-    """Turn repeat measurements of one metric into a ``MetricSummary`` (raw samples if few)."""
+    """Turn repeat measurements of one metric into a ``MetricSummary`` (raw samples if few).
+
+    With ``launches`` (each sample's server launch), ``std`` is the spread of launch means and
+    ``launches`` their count: samples of one launch share its speed and count once.
+    """
     if not values:
         raise ValueError(f"no values to summarize for {metric}")
     d = METRICS[metric]
     vals = [float(v) for v in values]
+    means = launch_means(vals, launches)
+    ses = [w for w in within_se if w is not None]
     return MetricSummary(
         mean=statistics.fmean(vals),
-        std=statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        std=statistics.stdev(means) if len(means) > 1 else 0.0,
+        launches=len(means) if launches is not None else None,
+        within_se=math.sqrt(sum(x * x for x in ses)) / len(ses) if ses else None,
         n=len(vals),
         samples=vals if 1 < len(vals) <= MAX_RAW_SAMPLES else None,
         direction=d.direction,
@@ -91,9 +103,14 @@ def entry_from_levels(
         raise ValueError("entry_from_levels() needs at least one LevelResult")
     summaries: dict[str, MetricSummary] = {}
     for name in metrics:
-        vals = [v for v in (lv.metric_value(name) for lv in levels) if v is not None]
-        if vals:
-            summaries[name] = summarize(name, vals)
+        got = [(v, lv) for lv in levels if (v := lv.judged_value(name)) is not None]
+        if got:
+            summaries[name] = summarize(
+                name,
+                [v for v, _ in got],
+                launches=[lv.launch for _, lv in got],
+                within_se=[lv.within_se.get(name) for _, lv in got],
+            )
     last = levels[-1]
     return BaselineEntry(
         metrics=summaries,

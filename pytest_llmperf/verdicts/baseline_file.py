@@ -94,6 +94,11 @@ class MetricSummary(_Model):
     tolerance: float | None = Field(default=None, gt=0.0, lt=1.0)
     # Only for sweep-level relational metrics (crossover_concurrency): the reference config.
     reference: str | None = None
+    # Distinct server launches the samples came from (None: unknown, each sample counted as
+    # one); ``std`` is then the spread of launch means. ``within_se``: within-run relative
+    # standard error of the mean (issue 9).
+    launches: int | None = Field(default=None, ge=1)
+    within_se: float | None = Field(default=None, ge=0.0)
 
     @field_validator("mean", "std")
     @classmethod

@@ -227,8 +227,12 @@ def compare_metric(
     concurrency: int | None = None,
     why: Sequence[str] = (),
     rule: NoiseRule | None = None,
+    launches: Sequence[str | None] | None = None,
+    within_se: Sequence[float | None] = (),
 ) -> MetricComparison:
-    """Judge one metric; the message is a sentence naming where, by how much and why."""
+    """Judge one metric; the message is a sentence naming where, by how much and why.
+
+    ``launches``/``within_se``: each current sample's server launch and within-run error."""
     d = metric(name)
     tolerance = validate_tolerance(tolerance, f"tolerance for {name}")
     samples = [float(current)] if isinstance(current, int | float) else [float(v) for v in current]
@@ -241,6 +245,10 @@ def compare_metric(
         tolerance=tolerance,
         direction=d.direction,
         rule=rule,
+        current_launches=launches,
+        current_within_se=within_se,
+        base_launches=baseline.launches,
+        base_within_se=baseline.within_se,
     )
     cur = statistics.fmean(samples)
     verdict = {
@@ -250,7 +258,10 @@ def compare_metric(
     }[dec.outcome]
     where = " ".join(p for p in (config, "" if concurrency is None else f"at C={concurrency}") if p)
     unit = f" {d.unit}" if d.unit else ""
-    of_n = f" (mean of {len(samples)})" if len(samples) > 1 else ""
+    k = dec.n_launches_current or len(samples)
+    of_n = ""
+    if len(samples) > 1:
+        of_n = f" (mean of {len(samples)}" + (f", {k} launches)" if k != len(samples) else ")")
     ch = (cur - baseline.mean) / baseline.mean if baseline.mean else 0.0
     side = "below" if ch < 0 else "above"
     msg = (
@@ -328,7 +339,8 @@ def compare_point(
         if name not in METRICS:
             metric(name)  # raises with the list of known names
         summary = entry.metrics.get(name)
-        values = [v for v in (lv.metric_value(name) for lv in valid) if v is not None]
+        got = [(v, lv) for lv in valid if (v := lv.judged_value(name)) is not None]
+        values = [v for v, _ in got]
         if summary is None or not values:
             if metrics is not None and summary is None:
                 point.messages.append(
@@ -339,7 +351,16 @@ def compare_point(
             continue
         tol = resolve_tolerance(name, test=tolerances, entry=entry)
         mc = compare_metric(
-            name, values, summary, tol, config=config, concurrency=c, why=why, rule=rule
+            name,
+            values,
+            summary,
+            tol,
+            config=config,
+            concurrency=c,
+            why=why,
+            rule=rule,
+            launches=[lv.launch for _, lv in got],
+            within_se=[lv.within_se.get(name) for _, lv in got],
         )
         point.metrics.append(mc)
         if mc.verdict != Verdict.PASS or mc.stale:

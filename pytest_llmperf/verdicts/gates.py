@@ -19,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS
 from pytest_llmperf.base.metric_defs import metric as metric_def
-from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.verdicts.compare import Verdict, explain, fmt_num, worst
+from pytest_llmperf.verdicts.stats import NoiseRule, Side
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
@@ -158,6 +159,7 @@ class GatePoint:
     threshold: float | None
     verdict: Verdict
     message: str
+    margin: float | None = None  # relative noise margin the comparison had to clear
 
 
 @dataclass
@@ -181,6 +183,30 @@ class GateResult:
         return "\n".join(p.message for p in self.failed)
 
 
+def gate_margin(
+    a: Sequence[LevelResult], b: Sequence[LevelResult], name: str, rule: NoiseRule
+) -> float:
+    """z·se of the relative difference between two configs' means: each side's launch-to-
+    launch spread over its launches (``rule.assumed_noise`` with a single launch) plus its
+    within-run error. The gate's two sides are separate launches, so both spreads count."""
+    var = 0.0
+    for side in (a, b):
+        vals = [v for lv in side if (v := lv.judged_value(name)) is not None]
+        got = Side.from_samples(
+            vals,
+            [lv.launch for lv in side if lv.judged_value(name) is not None],
+            [lv.within_se.get(name) for lv in side],
+        )
+        sd = got.between_sd if got.between_sd is not None else rule.assumed_noise
+        var += max(sd, rule.noise_floor) ** 2 / got.launches + (got.within_se or 0.0) ** 2
+    return rule.z * var**0.5
+
+
+def _mean(levels: Sequence[LevelResult], name: str) -> float | None:
+    vals = [v for lv in levels if (v := lv.judged_value(name)) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
 def _by_name(sweeps: Mapping[str, SweepResult] | Sequence[SweepResult]) -> dict[str, SweepResult]:
     if isinstance(sweeps, Mapping):
         return dict(sweeps)
@@ -192,8 +218,13 @@ def evaluate_gate(
     sweeps: Mapping[str, SweepResult] | Sequence[SweepResult],
     *,
     policy: ValidityPolicy | None = None,
+    rule: NoiseRule | None = None,
 ) -> GateResult:
-    """One verdict and sentence per concurrency measured by both configs and selected."""
+    """One verdict and sentence per concurrency measured by both configs and selected.
+
+    Each side is judged on all its valid samples (``SweepResult.samples``); a point whose
+    distance from the threshold is inside the noise margin (``gate_margin``) is INCONCLUSIVE,
+    and a side with no valid sample makes it INVALID, never a pass or a fail."""
     by = _by_name(sweeps)
     result = GateResult(gate)
     cfg, ref = by.get(gate.config), by.get(gate.reference)
@@ -208,34 +239,55 @@ def evaluate_gate(
     for c in common:
         if not gate.applies(c):
             continue
-        a, b = cfg.level(c), ref.level(c)
-        assert a is not None and b is not None
         head = f"{gate.config} at C={c}: "
-        reasons = [f"{gate.config}: {r}" for r in check_level(a, cfg.workload, policy)]
-        reasons += [f"{gate.reference}: {r}" for r in check_level(b, ref.workload, policy)]
-        va, vb = a.metric_value(gate.metric), b.metric_value(gate.metric)
-        if reasons:
+        sa, sb = cfg.samples(c), ref.samples(c)
+        va_all = [lv for lv in sa if not check_level(lv, cfg.workload, policy)]
+        vb_all = [lv for lv in sb if not check_level(lv, ref.workload, policy)]
+        if not va_all or not vb_all:
+            # An invalid level never decides a gate (issue 9): no valid sample, no verdict.
+            reasons = (
+                []
+                if va_all
+                else [f"{gate.config}: {r}" for r in check_level(sa[0], cfg.workload, policy)]
+            )
+            reasons += (
+                []
+                if vb_all
+                else [f"{gate.reference}: {r}" for r in check_level(sb[0], ref.workload, policy)]
+            )
             msg = head + "invalid measurement: " + "; ".join(reasons)
-            result.points.append(GatePoint(c, va, vb, None, Verdict.INVALID, msg))
+            result.points.append(GatePoint(c, None, None, None, Verdict.INVALID, msg))
             continue
+        va, vb = _mean(va_all, gate.metric), _mean(vb_all, gate.metric)
         if va is None or vb is None:
             msg = head + f"{gate.metric} was not measured for both configs"
             result.points.append(GatePoint(c, va, vb, None, Verdict.MISSING, msg))
             continue
         thr = vb * gate.factor
         ok = _OPS[gate.op](va, thr)
+        margin = gate_margin(va_all, vb_all, gate.metric, rule or NoiseRule())
+        close = gate.op != "==" and thr != 0 and abs(va - thr) / abs(thr) <= margin
         ch = (va - vb) / vb if vb else 0.0
         side = "below" if ch < 0 else "above"
+        n = f" (mean of {len(va_all)}/{len(vb_all)})" if len(va_all) + len(vb_all) > 2 else ""
         msg = (
-            f"{head}{label}{fmt_num(va)}{unit}, {100 * abs(ch):.1f} % {side} {gate.reference} "
+            f"{head}{label}{fmt_num(va)}{unit}{n}, {100 * abs(ch):.1f} % {side} {gate.reference} "
             f"({fmt_num(vb)}), needs {gate.op} {gate.factor:g} × {gate.reference} "
             f"({fmt_num(thr)})"
         )
-        if not ok:
-            why = explain(a)
+        if close:
+            verdict = Verdict.INCONCLUSIVE
+            msg += (
+                f"; inconclusive: {100 * abs(va - thr) / abs(thr):.1f} % from the threshold is "
+                f"inside the noise margin {100 * margin:.1f} %"
+            )
+        else:
+            verdict = Verdict.PASS if ok else Verdict.FAIL
+        if verdict != Verdict.PASS:
+            why = explain(va_all[-1])
             if why:
                 msg += "; " + "; ".join(why)
-        result.points.append(GatePoint(c, va, vb, thr, Verdict.PASS if ok else Verdict.FAIL, msg))
+        result.points.append(GatePoint(c, va, vb, thr, verdict, msg, margin))
     return result
 
 

@@ -51,7 +51,18 @@ from typing import Literal
 
 from pytest_llmperf.base.metric_defs import Direction
 
-__all__ = ["Decision", "NoiseRule", "decide", "deficit", "relative_change"]
+__all__ = [
+    "Decision",
+    "NoiseRule",
+    "Side",
+    "decide",
+    "deficit",
+    "launch_count",
+    "launch_means",
+    "min_detectable_effect",
+    "relative_change",
+    "standard_error",
+]
 
 Outcome = Literal["pass", "fail", "inconclusive"]
 MAX_SUGGESTED_REPEATS = 20
@@ -90,6 +101,11 @@ class Decision:
     p_value: float | None = None
     noise_assumed: bool = False
     repeats_needed: int | None = None
+    # Smallest real deficit this comparison catches 95 % of the time (tol + (z + 1.645)·se);
+    # ``resolved`` is False when the noise margin alone exceeds the tolerance.
+    mde: float | None = None
+    resolved: bool = True
+    n_launches_current: int | None = None
 
     @property
     def rerun(self) -> bool:
@@ -99,6 +115,13 @@ class Decision:
     def advice(self) -> str:
         if self.outcome != "inconclusive":
             return ""
+        if not self.resolved:
+            mde = "" if self.mde is None else f", minimum detectable effect {100 * self.mde:.1f} %"
+            return (
+                f"inconclusive: the noise margin {100 * self.margin:.1f} % exceeds the tolerance "
+                f"{100 * self.tolerance:.3g} %{mde}; measure more independent launches "
+                "(--llmperf-repeat with --llmperf-relaunch) or widen the tolerance"
+            )
         if self.repeats_needed is not None:
             return (
                 f"inconclusive (within noise margin {100 * self.margin:.1f} %): re-run to "
@@ -165,6 +188,74 @@ def _mann_whitney(
     return float(mannwhitneyu(list(current), line, alternative=alt).pvalue)
 
 
+Z_POWER = 1.645  # one-sided 95 % power for the minimum detectable effect
+
+
+def launch_means(values: Sequence[float], launches: Sequence[str | None] | None) -> list[float]:
+    """Samples sharing a server launch averaged into one (its per-launch speed is shared, so
+    they are one independent draw); a sample with no launch id counts on its own."""
+    if launches is None:
+        return [float(v) for v in values]
+    groups: dict[object, list[float]] = {}
+    for i, (v, lid) in enumerate(zip(values, launches, strict=True)):
+        groups.setdefault(lid if lid is not None else ("sample", i), []).append(float(v))
+    return [statistics.fmean(g) for g in groups.values()]
+
+
+def launch_count(launches: Sequence[str | None] | None, n: int) -> int:
+    """Independent launches among ``n`` samples (unknown ids count one each)."""
+    return n if launches is None else len(launch_means([0.0] * n, launches))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison, as the noise model sees it (all relative to the baseline)."""
+
+    mean: float
+    between_sd: float | None  # std of launch means, relative; None with < 2 launches
+    launches: int
+    within_se: float | None = None  # within-run relative se of this side's mean
+
+    @classmethod
+    def from_samples(
+        cls,
+        values: Sequence[float],
+        launches: Sequence[str | None] | None = None,
+        within_se: Sequence[float | None] = (),
+        scale: float | None = None,
+    ) -> Side:
+        """From raw samples (their launch ids and each sample's within-run se)."""
+        means = launch_means(values, launches)
+        ref = abs(scale if scale is not None else statistics.fmean(values)) or 1.0
+        sd = statistics.stdev(means) / ref if len(means) >= 2 else None
+        ses = [w for w in within_se if w is not None]
+        w = math.sqrt(sum(x * x for x in ses)) / len(ses) if ses else None
+        return cls(statistics.fmean(values), sd, len(means), w)
+
+
+def standard_error(cur: Side, base: Side, rule: NoiseRule) -> tuple[float, float, bool]:
+    """(se of the relative deficit, σ between launches used, whether σ was assumed).
+
+    σ is pooled from both sides' launch-to-launch spread (degrees of freedom weighted); with no
+    side spanning two launches it is ``rule.assumed_noise``. Within-run errors add on top.
+    """
+    ss, dof = 0.0, 0
+    for side in (cur, base):
+        if side.between_sd is not None and side.launches >= 2:
+            ss += (side.launches - 1) * side.between_sd**2
+            dof += side.launches - 1
+    assumed = dof == 0
+    sigma = max(rule.assumed_noise if assumed else math.sqrt(ss / dof), rule.noise_floor)
+    var = sigma**2 * (1 / max(cur.launches, 1) + 1 / max(base.launches, 1))
+    var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
+    return math.sqrt(var), sigma, assumed
+
+
+def min_detectable_effect(se: float, tolerance: float, rule: NoiseRule) -> float:
+    """The smallest real deficit that fails with 95 % probability: tol + (z + 1.645)·se."""
+    return tolerance + (rule.z + Z_POWER) * se
+
+
 def decide(
     current: Sequence[float] | float,
     *,
@@ -175,8 +266,17 @@ def decide(
     tolerance: float,
     direction: Direction,
     rule: NoiseRule | None = None,
+    current_launches: Sequence[str | None] | None = None,
+    current_within_se: Sequence[float | None] = (),
+    base_launches: int | None = None,
+    base_within_se: float | None = None,
 ) -> Decision:
-    """Apply the rule in the module docstring to one metric at one point."""
+    """Apply the rule in the module docstring to one metric at one point.
+
+    ``current_launches`` names the server launch of each current sample (samples of one
+    launch count once for between-launch noise); ``base_launches`` is how many launches the
+    baseline's samples came from (None: each sample its own, as old baselines assumed).
+    """
     rule = rule or NoiseRule()
     cur = [float(current)] if isinstance(current, int | float) else [float(v) for v in current]
     if not cur:
@@ -185,14 +285,19 @@ def decide(
         raise ValueError(f"tolerance must be a fraction with 0 < tol < 1, got {tolerance!r}")
     n_c = len(cur)
     d = deficit(statistics.fmean(cur), base_mean, direction)
-    pooled, _ = _pooled_noise(cur, base_mean, base_std, base_n)
-    assumed = pooled is None
-    sigma = max(rule.assumed_noise if pooled is None else pooled, rule.noise_floor)
+    scale = abs(base_mean) or 1.0
+    cur_side = Side.from_samples(cur, current_launches, current_within_se, scale)
+    k_b = base_n if base_launches is None else max(1, min(base_launches, base_n))
+    base_side = Side(base_mean, base_std / scale if k_b >= 2 else None, k_b, base_within_se)
+    se, sigma, assumed = standard_error(cur_side, base_side, rule)
+    mde = min_detectable_effect(se, tolerance, rule)
+    k_c = cur_side.launches
 
     if (
         base_samples is not None
         and len(base_samples) >= rule.mw_min_samples
-        and n_c >= rule.mw_min_samples
+        and k_b >= rule.mw_min_samples
+        and k_c >= rule.mw_min_samples
     ):
         p_worse = _mann_whitney(cur, base_samples, tolerance, direction, worse=True)
         p_better = _mann_whitney(cur, base_samples, tolerance, direction, worse=False)
@@ -214,22 +319,29 @@ def decide(
             p_value=p_worse,
             noise_assumed=assumed,
             repeats_needed=min(2 * n_c, MAX_SUGGESTED_REPEATS) if outcome != "pass" else None,
+            mde=mde,
+            n_launches_current=k_c,
         )
 
-    n_b = max(base_n, 1)
-    margin = rule.z * sigma * math.sqrt(1 / n_c + 1 / n_b)
+    margin = rule.z * se
+    # Only a measured noise can say a point is unresolvable; an assumed one keeps the plain
+    # margin rule (and says the noise was assumed).
+    resolved = assumed or margin <= tolerance
     if d > tolerance + margin:
         outcome = "fail"
-    elif d > tolerance:
+    elif d > tolerance or (not resolved and d > -(tolerance + margin)):
+        # Beyond tolerance but within noise, or noise too large to tell a pass from a miss.
         outcome = "inconclusive"
     else:
         outcome = "pass"
     needed = None
     if outcome == "inconclusive":
-        # Smallest n_cur whose margin would make today's deficit decisive, if any exists.
-        for n in range(n_c + 1, MAX_SUGGESTED_REPEATS + 1):
-            if rule.z * sigma * math.sqrt(1 / n + 1 / n_b) < d - tolerance:
-                needed = n
+        # Fewest independent current launches that would settle today's deficit, if any.
+        target = max(abs(d - tolerance), 1e-12)
+        for k in range(k_c + 1, MAX_SUGGESTED_REPEATS + 1):
+            trial = Side(cur_side.mean, cur_side.between_sd, k, cur_side.within_se)
+            if rule.z * standard_error(trial, base_side, rule)[0] < target:
+                needed = k
                 break
     return Decision(
         outcome=outcome,
@@ -240,7 +352,10 @@ def decide(
         margin=margin,
         method="margin",
         n_current=n_c,
-        n_baseline=n_b,
+        n_baseline=base_n,
         noise_assumed=assumed,
         repeats_needed=needed,
+        mde=mde,
+        resolved=resolved,
+        n_launches_current=k_c,
     )

@@ -155,3 +155,37 @@ def test_parse_metrics_with_prometheus_parser() -> None:
     summary = summarize_metric_samples([m, {"sglang:num_running_reqs": 1.0}])
     assert summary is not None
     assert summary["max_running_requests"] == 7.0 and summary["mean_running_requests"] == 4.0
+
+
+def _steady_level() -> list[RequestRecord]:
+    """C=2, four requests of 10 tokens, one token every 0.1 s: sends at 0, 0, 1.0, 1.0."""
+    recs = []
+    for i, t0 in enumerate((0.0, 0.0, 1.0, 1.0)):
+        recs.append(_rec(i, t0, [(t0 + 0.1 * (k + 1), 1) for k in range(10)]))
+    return recs
+
+
+def test_steady_window_runs_from_c_th_send_to_first_completion_after_last_send() -> None:
+    from pytest_llmperf.core.metrics import steady_window
+
+    recs = _steady_level()
+    assert steady_window(recs, 2) == pytest.approx((0.0, 1.0))
+    assert steady_window(recs, 8) is None  # never 8 in flight
+
+
+def test_steady_state_throughput_and_within_run_se_are_filled_in() -> None:
+    recs = []
+    # C=4, 16 requests in 4 waves of 40 tokens (0.05 s apart): a window of 3 waves.
+    for w in range(4):
+        for j in range(4):
+            t0 = 2.0 * w
+            recs.append(_rec(4 * w + j, t0, [(t0 + 0.05 * (k + 1), 1) for k in range(40)]))
+    lv = compute_level(recs, max_concurrency=4)
+    assert lv.steady is not None
+    assert lv.steady.window_s == pytest.approx(6.0)
+    # 3 waves x 4 requests x 40 tokens inside [0, 6] s.
+    assert lv.steady.output_throughput == pytest.approx(480 / 6.0)
+    assert lv.judged_value("output_throughput") == pytest.approx(80.0)
+    assert lv.output_throughput == pytest.approx(640 / 8.0)  # bench_serving's, kept beside
+    assert lv.within_se["output_throughput"] > 0  # idle gaps between waves show as spread
+    assert lv.within_se["per_request_throughput"] == pytest.approx(0.0, abs=1e-9)

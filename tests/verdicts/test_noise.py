@@ -1,0 +1,123 @@
+"""Issue 9: measured noise, honest n over launches, unresolved points, gates inside noise."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmperf.base.results import LevelResult, ServerFacts, SweepResult, Workload
+from pytest_llmperf.report.tables import judged_cell
+from pytest_llmperf.verdicts.baseline import entry_from_levels
+from pytest_llmperf.verdicts.compare import Verdict
+from pytest_llmperf.verdicts.gates import Gate, evaluate_gate
+from pytest_llmperf.verdicts.stats import decide, launch_count, launch_means
+
+
+def _lv(tput: float, launch: str | None = None, se: float = 0.0) -> LevelResult:
+    return LevelResult(
+        max_concurrency=16,
+        num_requests=32,
+        completed=32,
+        failed=0,
+        duration=1.0,
+        total_input_tokens=32 * 512,
+        total_output_tokens=32 * 128,
+        output_throughput=tput,
+        per_request_throughput=tput / 16,
+        concurrency=16.0,
+        launch=launch,
+        within_se={"output_throughput": se} if se else {},
+    )
+
+
+def test_samples_sharing_a_launch_count_once() -> None:
+    assert launch_means([1.0, 3.0, 10.0], ["a", "a", "b"]) == [2.0, 10.0]
+    assert launch_count(["a", "a", None, None], 4) == 3
+    same = decide(
+        [100.0, 100.0, 100.0],
+        base_mean=100.0,
+        base_std=15.0,
+        base_n=3,
+        base_launches=3,
+        tolerance=0.05,
+        direction="higher",
+        current_launches=["x", "x", "x"],
+    )
+    fresh = decide(
+        [100.0, 100.0, 100.0],
+        base_mean=100.0,
+        base_std=15.0,
+        base_n=3,
+        base_launches=3,
+        tolerance=0.05,
+        direction="higher",
+        current_launches=["x", "y", "z"],
+    )
+    assert same.n_launches_current == 1 and fresh.n_launches_current == 3
+    assert same.margin > fresh.margin
+
+
+def test_point_that_cannot_resolve_its_tolerance_is_inconclusive_with_mde() -> None:
+    dec = decide(
+        100.0, base_mean=100.0, base_std=15.0, base_n=3, base_launches=3,
+        tolerance=0.05, direction="higher",
+    )  # fmt: skip
+    assert not dec.resolved and dec.outcome == "inconclusive"
+    assert dec.mde is not None and dec.mde > 0.3  # 15 % launch noise: ~40 % is detectable
+    assert "minimum detectable effect" in dec.advice()
+    # Far beyond the noise it still fails.
+    assert decide(
+        40.0, base_mean=100.0, base_std=15.0, base_n=3, base_launches=3,
+        tolerance=0.05, direction="higher",
+    ).outcome == "fail"  # fmt: skip
+    # A quiet baseline resolves 5 %.
+    quiet = decide(
+        99.0, base_mean=100.0, base_std=0.5, base_n=3, base_launches=3,
+        tolerance=0.05, direction="higher",
+    )  # fmt: skip
+    assert quiet.resolved and quiet.outcome == "pass"
+
+
+def test_within_run_error_widens_the_margin() -> None:
+    kw = dict(base_mean=100.0, base_std=1.0, base_n=3, base_launches=3, tolerance=0.05)
+    plain = decide(90.0, direction="higher", **kw)  # type: ignore[arg-type]
+    noisy = decide(90.0, direction="higher", current_within_se=[0.05], **kw)  # type: ignore[arg-type]
+    assert plain.outcome == "fail" and noisy.outcome == "inconclusive"
+
+
+def test_baseline_records_launch_spread() -> None:
+    levels = [_lv(100.0, "p#1"), _lv(110.0, "p#1"), _lv(120.0, "p#2")]
+    s = entry_from_levels(levels, ["output_throughput"]).metrics["output_throughput"]
+    assert s.n == 3 and s.launches == 2
+    assert s.std == pytest.approx(((105 - 112.5) ** 2 + (120 - 112.5) ** 2) ** 0.5)
+
+
+def _sweep(config: str, levels: list[LevelResult]) -> SweepResult:
+    return SweepResult(
+        config=config,
+        server=ServerFacts(),
+        workload=Workload(input_len=512, output_len=128),
+        levels=levels[:1],
+        repeats={16: levels[1:]} if len(levels) > 1 else {},
+    )
+
+
+def test_gate_inside_noise_is_inconclusive_and_uses_every_sample() -> None:
+    gate = Gate(name="g", config="mtp", reference="plain", metric="output_throughput", factor=1.0)
+    close = evaluate_gate(gate, [_sweep("mtp", [_lv(98.0)]), _sweep("plain", [_lv(100.0)])])
+    assert close.points[0].verdict == Verdict.INCONCLUSIVE
+    assert "inside the noise margin" in close.points[0].message
+    far = evaluate_gate(gate, [_sweep("mtp", [_lv(80.0)]), _sweep("plain", [_lv(100.0)])])
+    assert far.points[0].verdict == Verdict.FAIL
+    # The mean of all samples decides, not the first one.
+    many = evaluate_gate(
+        gate,
+        [_sweep("mtp", [_lv(80.0, "m#1"), _lv(130.0, "m#2")]), _sweep("plain", [_lv(100.0)])],
+    )
+    assert many.points[0].value == pytest.approx(105.0)
+
+
+def test_table_cell_shows_mean_spread_and_n() -> None:
+    assert judged_cell([_lv(100.0), _lv(110.0), _lv(120.0)], "output_throughput") == (
+        "110.0 ±9.1% n=3"
+    )
+    assert judged_cell([_lv(100.0, se=0.02)], "output_throughput") == "100.0 ±2.0%"
