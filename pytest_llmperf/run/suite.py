@@ -10,9 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pytest_llmperf.base.datafile import DataFileError, load_data_file
 from pytest_llmperf.base.errors import InputError
@@ -23,7 +30,7 @@ from pytest_llmperf.launch.server_config import ConfigError, ServerConfig, serve
 from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
 
 SUITE_FILE_NAME = "llmperf.toml"
-_TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo"}
+_TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo", "compare"}
 
 
 class SuiteError(InputError):
@@ -92,6 +99,52 @@ class CrossoverSpec(BaseModel):
         return self.name or f"{self.config}-vs-{self.reference}"
 
 
+class CompareSpec(BaseModel):
+    """``[[compare]]``: a same-job A/B of two servers (``verdicts/paired.py``, ``run/ab.py``).
+
+    ``rounds`` rounds, each launching reference and candidate afresh (order alternating per
+    round unless ``order = "fixed"``) and measuring every level of the sweep on each; a point
+    fails when the paired CI of ``metric`` lies wholly beyond ``tolerance``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidate: str
+    reference: str
+    rounds: int = Field(default=4, ge=2, le=100)
+    metric: str = "output_throughput"
+    tolerance: float = Field(default=0.05, ge=0, lt=1)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    order: Literal["alternate", "fixed"] = "alternate"
+    # "launch": cancel each launch's common speed factor (see verdicts/paired.py); hides
+    # regressions that hit every level alike, so it is opt-in.
+    adjust: Literal["none", "launch"] = "none"
+    levels: tuple[int, ...] | None = None
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _levels(cls, v: Any) -> Any:
+        return None if v is None else parse_levels(v)
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _two_servers(self) -> CompareSpec:
+        if self.candidate == self.reference:
+            raise ValueError("candidate and reference must be two different servers")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.candidate}-vs-{self.reference}"
+
+
 @dataclass
 class Suite:
     """Everything a suite file declares."""
@@ -102,6 +155,7 @@ class Suite:
     gates: list[Gate] = field(default_factory=list)
     crossovers: list[CrossoverSpec] = field(default_factory=list)
     slo: Slo | None = None
+    compares: list[CompareSpec] = field(default_factory=list)
 
     def server(self, name: str) -> ServerConfig:
         for s in self.servers:
@@ -127,7 +181,7 @@ class Suite:
 
         for pair in [(g.config, g.reference) for g in self.gates] + [
             (c.config, c.reference) for c in self.crossovers
-        ]:
+        ] + [(c.candidate, c.reference) for c in self.compares]:
             a, b = pair
             if a in parent and b in parent:
                 parent[find(a)] = find(b)
@@ -180,6 +234,12 @@ def suite_from_data(
             crossovers.append(CrossoverSpec.model_validate(item))
         except ValidationError as exc:
             problems.extend(_errors(exc, f"{source}: crossover[{i}]"))
+    compares: list[CompareSpec] = []
+    for i, item in enumerate(data.get("compare", [])):
+        try:
+            compares.append(CompareSpec.model_validate(item))
+        except ValidationError as exc:
+            problems.extend(_errors(exc, f"{source}: compare[{i}]"))
     slo: Slo | None = None
     if data.get("slo") is not None:
         try:
@@ -195,10 +255,23 @@ def suite_from_data(
         for role, name in (("config", c.config), ("reference", c.reference)):
             if servers and name not in names:
                 problems.append(f"{source}: crossover[{i}].{role}: no server named {name!r}")
+    for i, cmp in enumerate(compares):
+        for role, name in (("candidate", cmp.candidate), ("reference", cmp.reference)):
+            if servers and name not in names:
+                problems.append(f"{source}: compare[{i}].{role}: no server named {name!r}")
+    labels = [c.label for c in compares]
+    for label in sorted({x for x in labels if labels.count(x) > 1}):
+        problems.append(f"{source}: compare: two entries named {label!r}; give each a 'name'")
     if problems:
         raise SuiteError("invalid llmperf suite file:\n  " + "\n  ".join(problems))
     return Suite(
-        path=path, servers=servers, sweep=sweep, gates=gates, crossovers=crossovers, slo=slo
+        path=path,
+        servers=servers,
+        sweep=sweep,
+        gates=gates,
+        crossovers=crossovers,
+        slo=slo,
+        compares=compares,
     )
 
 

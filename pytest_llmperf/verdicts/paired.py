@@ -1,0 +1,186 @@
+"""Paired A/B statistics: judge a candidate against a reference measured in the same job.
+
+A stored baseline was measured on another day, on another launch of another box; run-to-run
+noise then has to be covered by a wide tolerance, which hides real regressions (SGLang's CI
+roadmap, sgl-project/sglang #21157, #24563). An A/B run measures both servers in interleaved
+rounds instead (reference, candidate, candidate, reference, ...), so slow drift of the machine
+hits both members of a round alike. Each round gives one paired log-ratio per level,
+``d_r = ln(candidate_r / reference_r)``; the verdict is on the mean of the ``d_r`` and its
+t-based confidence interval (Student's t with ``n - 1`` degrees of freedom, ``n`` rounds):
+
+* FAIL when the whole CI is worse than the tolerance (a regression beyond it, beyond noise);
+* PASS when the whole CI is better than that (no regression as large as the tolerance);
+* INCONCLUSIVE otherwise (the rounds cannot tell: add rounds).
+
+Log-ratios make the test scale-free and symmetric (a 2x speed-up and a 2x slow-down are
+``+-ln 2``); the reported change is ``exp(mean) - 1``, its CI ``exp(bounds) - 1``.
+
+``remove_launch_factor`` is an opt-in for boxes where each launch runs at its own speed (a
+shared GPU, the simulator's ``--sim-launch-speed-sd``): that factor scales every level of a
+launch alike, so subtracting each round's median log-ratio over the levels cancels it. The
+price: a regression that hits every level equally is cancelled too; only level-specific
+regressions remain visible (see the README's A/B section).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from scipy import stats as _scipy_stats
+
+from pytest_llmperf.base.errors import InputError
+from pytest_llmperf.base.metric_defs import metric
+
+PairedVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+DEFAULT_CONFIDENCE = 0.95
+MIN_LEVELS_FOR_LAUNCH_ADJUST = 3
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    """One A/B point: the paired change of ``metric`` at one concurrency, with its verdict."""
+
+    candidate: str
+    reference: str
+    metric: str
+    concurrency: int
+    rounds: int
+    change: float  # exp(mean log-ratio) - 1; negative: the candidate's metric is lower
+    ci_low: float  # the change's CI bounds, same scale
+    ci_high: float
+    tolerance: float
+    confidence: float
+    verdict: PairedVerdict
+    message: str
+    adjusted: bool = False  # launch factor removed (remove_launch_factor)
+
+
+def log_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[float]:
+    """``ln(c / r)`` per round; rounds are paired by position."""
+    if len(candidate) != len(reference):
+        raise InputError(
+            f"paired rounds need as many candidate as reference values "
+            f"({len(candidate)} vs {len(reference)})"
+        )
+    out = []
+    for c, r in zip(candidate, reference, strict=True):
+        if not (c > 0 and r > 0 and math.isfinite(c) and math.isfinite(r)):
+            raise InputError(f"paired values must be positive and finite, got {c!r} and {r!r}")
+        out.append(math.log(c / r))
+    return out
+
+
+def mean_ci(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+    """Mean and the two-sided t confidence interval of the mean (``n >= 2``)."""
+    n = len(values)
+    if n < 2:
+        raise InputError(f"a confidence interval needs at least 2 rounds, got {n}")
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
+    m = statistics.fmean(values)
+    sd = statistics.stdev(values)
+    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return m, m - half, m + half
+
+
+def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, list[float]]:
+    """Subtract each round's median log-ratio over the levels (see the module docstring).
+
+    The median, not the mean, so that a regression at one level does not leak into the others;
+    it needs at least three levels for that (with two, the median is the mean).
+    """
+    levels = sorted(per_level)
+    if len(levels) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
+        raise InputError(
+            f"adjust = 'launch' needs at least {MIN_LEVELS_FOR_LAUNCH_ADJUST} levels in the "
+            f"sweep, got {len(levels)}"
+        )
+    rounds = {len(per_level[c]) for c in levels}
+    if len(rounds) != 1:
+        raise InputError("adjust = 'launch' needs the same number of rounds at every level")
+    n = rounds.pop()
+    out: dict[int, list[float]] = {c: [] for c in levels}
+    for r in range(n):
+        center = statistics.median(per_level[c][r] for c in levels)
+        for c in levels:
+            out[c].append(per_level[c][r] - center)
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}".replace("-", "\u2212")
+
+
+def _describe(name: str, change: float, candidate: str, reference: str) -> str:
+    """"new is 7.9 % slower than old" (throughputs) or "new's median_ttft_ms is 3.0 % higher"."""
+    size = f"{abs(change) * 100:.1f} %"
+    if metric(name).unit.endswith("/s"):
+        return f"{candidate} is {size} {'slower' if change < 0 else 'faster'} than {reference}"
+    word = "lower" if change < 0 else "higher"
+    return f"{candidate}'s {name} is {size} {word} than {reference}'s"
+
+
+def judge_paired(
+    d: Sequence[float],
+    *,
+    candidate: str,
+    reference: str,
+    metric_name: str,
+    concurrency: int,
+    tolerance: float,
+    confidence: float = DEFAULT_CONFIDENCE,
+    adjusted: bool = False,
+) -> PairedResult:
+    """The verdict on per-round log-ratios ``d`` (candidate over reference)."""
+    if not 0 <= tolerance < 1:
+        raise InputError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    n = len(d)
+    base = {
+        "candidate": candidate,
+        "reference": reference,
+        "metric": metric_name,
+        "concurrency": concurrency,
+        "rounds": n,
+        "tolerance": tolerance,
+        "confidence": confidence,
+        "adjusted": adjusted,
+    }
+    if n < 2:
+        change = math.exp(d[0]) - 1 if d else 0.0
+        return PairedResult(
+            **base,
+            change=change,
+            ci_low=change,
+            ci_high=change,
+            verdict="INCONCLUSIVE",
+            message=f"{candidate} vs {reference} at C={concurrency}: {n} paired round(s); "
+            "a paired verdict needs at least 2 (set rounds = 2 or more in [[compare]])",
+        )
+    m, lo, hi = mean_ci(d, confidence)
+    change, ci_low, ci_high = math.exp(m) - 1, math.exp(lo) - 1, math.exp(hi) - 1
+    higher_better = metric(metric_name).direction == "higher"
+    if higher_better:
+        worse_beyond = ci_high < -tolerance
+        within = ci_low > -tolerance
+    else:
+        worse_beyond = ci_low > tolerance
+        within = ci_high < tolerance
+    verdict: PairedVerdict = "FAIL" if worse_beyond else "PASS" if within else "INCONCLUSIVE"
+    how = "launch factor removed, " if adjusted else ""
+    text = (
+        f"{_describe(metric_name, change, candidate, reference)} at C={concurrency} "
+        f"(paired over {n} rounds, {how}{confidence * 100:g} % CI "
+        f"{_pct(ci_low)} \u2026 {_pct(ci_high)} %)"
+    )
+    limit = f"{'-' if higher_better else '+'}{tolerance * 100:g} %"
+    if verdict == "FAIL":
+        text += f": a regression beyond the tolerance ({limit})"
+    elif verdict == "INCONCLUSIVE":
+        text += f": the interval straddles the tolerance ({limit}); add rounds to decide"
+    return PairedResult(
+        **base, change=change, ci_low=ci_low, ci_high=ci_high, verdict=verdict, message=text
+    )
