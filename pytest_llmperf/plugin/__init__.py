@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_llmperf.plugin.params import (
+    ABParam,
     CrossoverParam,
     GateParam,
     PointParam,
@@ -30,13 +31,14 @@ from pytest_llmperf.plugin.warnings import (
 from pytest_llmperf.run.settings import SETTINGS, SettingError
 
 if TYPE_CHECKING:
-    from pytest_llmperf.plugin.checks import CrossoverCheck, GateCheck, Point, SloCheck
+    from pytest_llmperf.plugin.checks import ABCheck, CrossoverCheck, GateCheck, Point, SloCheck
     from pytest_llmperf.run.perfrun import PerfRun
 
 __all__ = [
     "LLMPerfInconclusiveWarning",
     "LLMPerfStaleBaselineWarning",
     "LLMPerfWarning",
+    "llmperf_ab",
     "llmperf_crossover",
     "llmperf_gate",
     "llmperf_point",
@@ -170,7 +172,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if hasattr(config, "workerinput"):
         return
     llm = config.stash.get(SESSION, None)
-    if llm is None or not (llm.sweeps or llm.gates or llm.sweep_checks or llm.unmeasured):
+    if llm is None or not (
+        llm.sweeps or llm.gates or llm.sweep_checks or llm.unmeasured or llm.ab_points  # ab
+    ):
         return
     terminalreporter.write_sep("=", "llmperf")
     for line in llm.summary_lines():
@@ -297,3 +301,22 @@ def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> C
     suite = _session(request.config).suites[param.suite_path]
     kwargs = _sweep_check_kwargs(request, llmperf_run)
     return CrossoverCheck(spec=suite.crossovers[param.index], **kwargs)
+
+
+@pytest.fixture
+def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:  # ab
+    """One ``[[compare]]`` at one level: candidate vs reference over paired, interleaved rounds."""
+    from pytest_llmperf.plugin.checks import ABCheck
+
+    param: ABParam = request.param
+    llm, suite, marker = _settings_for(request)
+    where = request.node.nodeid
+    spec = suite.compares[param.index]
+    levels = llm.effective(suite, marker, "levels", where)
+    workload = llm.workload(suite, marker, where, spec.reference)
+    return ABCheck(
+        ab=llm.ab_run(param, workload, levels),
+        concurrency=param.concurrency,
+        on_result=llm.ab_points.append,
+        on_properties=_properties(request),
+    )

@@ -15,7 +15,7 @@ import pytest
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.plugin.warnings import warn
 from pytest_llmperf.report.tables import redact
-from pytest_llmperf.run import checks
+from pytest_llmperf.run import ab, checks
 from pytest_llmperf.run.checks import Outcome
 
 T = TypeVar("T")
@@ -93,3 +93,16 @@ class CrossoverCheck(_SweepAsserts, checks.CrossoverCheck):
 
 class SloCheck(_SweepAsserts, checks.SloCheck):
     """The largest swept C within the suite's SLO: ``.assert_baseline()``."""
+
+
+class ABCheck(ab.ABCheck):  # ab
+    """One ``[[compare]]`` at one level: ``.check()``, ``.evaluate()``."""
+
+    def evaluate(self) -> ab.ABPoint:
+        __tracebackhide__ = True
+        return _call(super().evaluate)
+
+    def check(self) -> None:
+        """Fail when the paired CI lies wholly beyond the tolerance; warn when inconclusive."""
+        __tracebackhide__ = True
+        enact(_call(self.judge))

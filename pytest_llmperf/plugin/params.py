@@ -10,7 +10,8 @@ POINT_FIXTURE = "llmperf_point"
 GATE_FIXTURE = "llmperf_gate"
 CROSSOVER_FIXTURE = "llmperf_crossover"
 SLO_FIXTURE = "llmperf_slo"
-PERF_FIXTURES = (POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE)
+AB_FIXTURE = "llmperf_ab"  # ab
+PERF_FIXTURES = (POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE, AB_FIXTURE)
 
 
 @dataclass(frozen=True)
@@ -39,8 +40,21 @@ class SloParam:
     suite_path: Path
 
 
-Param = PointParam | GateParam | CrossoverParam | SloParam
-KIND_ORDER: dict[type, int] = {PointParam: 0, GateParam: 1, CrossoverParam: 2, SloParam: 3}
+@dataclass(frozen=True)
+class ABParam:  # ab: one [[compare]] entry at one level
+    index: int
+    concurrency: int
+    suite_path: Path
+
+
+Param = PointParam | GateParam | CrossoverParam | SloParam | ABParam
+KIND_ORDER: dict[type, int] = {
+    PointParam: 0,
+    GateParam: 1,
+    CrossoverParam: 2,
+    SloParam: 3,
+    ABParam: 4,  # ab: last, so the A/B relaunches do not interleave with a config's points
+}
 
 
 def gate_id(gate: Any) -> str:

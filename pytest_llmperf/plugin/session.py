@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_llmperf.plugin.params import (
+    AB_FIXTURE,
     CROSSOVER_FIXTURE,
     GATE_FIXTURE,
     KIND_ORDER,
     POINT_FIXTURE,
     SLO_FIXTURE,
+    ABParam,
     CrossoverParam,
     GateParam,
     Param,
@@ -41,6 +43,8 @@ from pytest_llmperf.run.settings import (
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import SweepResult, Workload
+    from pytest_llmperf.report.ab_table import ABPoint
+    from pytest_llmperf.run.ab import ABRun
     from pytest_llmperf.run.checks import SweepCheckResult
     from pytest_llmperf.run.perfrun import PerfRun
     from pytest_llmperf.run.suite import Suite
@@ -88,6 +92,10 @@ class LLMPerfSession:
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)
     baseline_lines: list[str] = field(default_factory=list)
     unmeasured: dict[str, str] = field(default_factory=dict)
+    ab_runs: dict[tuple[Path, int, Workload, tuple[int, ...]], ABRun] = field(  # ab
+        default_factory=dict
+    )
+    ab_points: list[ABPoint] = field(default_factory=list)  # ab
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> LLMPerfSession:
@@ -179,7 +187,7 @@ class LLMPerfSession:
     # -- parametrization --------------------------------------------------------------------
     def generate_tests(self, metafunc: pytest.Metafunc) -> None:
         names = set(metafunc.fixturenames)
-        if not {POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE} & names:
+        if not {POINT_FIXTURE, GATE_FIXTURE, CROSSOVER_FIXTURE, SLO_FIXTURE, AB_FIXTURE} & names:
             return
         where = metafunc.definition.nodeid
         suite = self.suite(Path(str(metafunc.definition.path)))
@@ -240,6 +248,19 @@ class LLMPerfSession:
             count([p.config for p in sparams])
             ids = [p.config for p in sparams]
             metafunc.parametrize(SLO_FIXTURE, sparams, ids=ids, indirect=True)
+        if AB_FIXTURE in names:  # ab: one test per [[compare]] x level, id new-vs-old-C64
+            if not suite.compares:
+                raise usage_error(
+                    f"{where} uses {AB_FIXTURE}, but {suite.path} has no [[compare]] entry "
+                    '(e.g. [[compare]] candidate = "new"  reference = "old"  rounds = 4)'
+                )
+            aparams = [
+                ABParam(i, lv, suite_path)
+                for i, cmp in enumerate(suite.compares)
+                for lv in (cmp.levels or levels)
+            ]
+            ids = [f"{suite.compares[p.index].label}-C{p.concurrency}" for p in aparams]
+            metafunc.parametrize(AB_FIXTURE, aparams, ids=ids, indirect=True)
 
     def configs_of(self, param: Param) -> list[str]:
         suite = self.suites[param.suite_path]
@@ -248,6 +269,9 @@ class LLMPerfSession:
         if isinstance(param, GateParam):
             g = suite.gates[param.gate_index]
             return [g.config, g.reference]
+        if isinstance(param, ABParam):  # ab
+            a = suite.compares[param.index]
+            return [a.reference, a.candidate]
         c = suite.crossovers[param.index]
         return [c.config, c.reference]
 
@@ -274,7 +298,7 @@ class LLMPerfSession:
         covered: list[tuple[str, str, int, Workload]] = []  # (config, scope, C, workload)
         for item in items:
             param = item_param(item)
-            if param is None:
+            if param is None or isinstance(param, ABParam):  # ab
                 continue
             if not isinstance(param, GateParam):
                 for cfg in self.configs_of(param):
@@ -361,6 +385,18 @@ class LLMPerfSession:
             env.pop("PYTEST_XDIST_WORKER", None)
             env.pop("PYTEST_XDIST_WORKER_COUNT", None)
         return env
+
+    def ab_run(self, param: ABParam, workload: Workload, levels: tuple[int, ...]) -> ABRun:  # ab
+        """The A/B rounds of one ``[[compare]]`` (shared by the tests of its levels)."""
+        from pytest_llmperf.run.ab import ABRun
+
+        suite = self.suites[param.suite_path]
+        spec = suite.compares[param.index]
+        levels = tuple(spec.levels or levels)
+        key = (param.suite_path, param.index, workload, levels)
+        if key not in self.ab_runs:
+            self.ab_runs[key] = ABRun(spec, levels, workload, self.perf_run(suite))
+        return self.ab_runs[key]
 
     def safe_hardware(self, config: str) -> str:
         try:
@@ -452,6 +488,14 @@ class LLMPerfSession:
                     fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
             if self.settings["plots"]:
                 self._write_plots(out / "plots")
+        if self.ab_points:  # ab: ab.json and its Markdown table
+            from pytest_llmperf.report.ab_table import AB_FILE_NAME, ab_markdown, save_ab
+
+            save_ab(self.ab_points, out / AB_FILE_NAME)
+            summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary_path:
+                with open(summary_path, "a", encoding="utf-8") as fh:
+                    fh.write(ab_markdown(self.ab_points) + "\n")
         if self._store is None:
             return
         update = bool(self.settings["update"])
@@ -533,6 +577,12 @@ class LLMPerfSession:
         lines = render_run(self.sweeps, self.points, self.gates).splitlines()
         for r in self.sweep_checks:
             lines.append(f"{r.label}: C={r.value} (baseline {r.baseline}) {r.verdict}")
+        if self.ab_points:  # ab
+            from pytest_llmperf.report.ab_table import AB_FILE_NAME, ab_table
+
+            lines += ["", *ab_table(self.ab_points).splitlines()]
+            lines += [f"A/B {p.verdict}: {p.message}" for p in self.ab_points]
+            lines.append(f"A/B results: {self.output_dir / AB_FILE_NAME}")
         lines += [f"INVALID: {line}" for line in self.invalid]
         lines += [f"NOT MEASURED: {c}: {why}" for c, why in self.unmeasured.items()]
         lines += [f"baselines: {line}" for line in self.baseline_lines]

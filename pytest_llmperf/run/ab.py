@@ -16,16 +16,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict
-
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import CompareSpec
 from pytest_llmperf.verdicts.paired import PairedResult, judge_paired, remove_launch_factor
-
-AB_SCHEMA_VERSION = 1
 
 
 class ABError(LLMPerfError, RuntimeError):
@@ -103,39 +100,6 @@ class ABRun:
             confidence=spec.confidence,
             adjusted=spec.adjust == "launch",
         )
-
-
-class ABPoint(BaseModel):
-    """One judged A/B point as written to ``ab.json``: the verdict and every round's values."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    compare: str
-    candidate: str
-    reference: str
-    metric: str
-    concurrency: int
-    rounds: int
-    order: list[list[str]]
-    candidate_values: list[float]
-    reference_values: list[float]
-    change: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    tolerance: float
-    adjust: str
-    verdict: str
-    message: str
-
-
-class ABFile(BaseModel):
-    """``ab.json``: a session's A/B points, next to ``results.json``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = AB_SCHEMA_VERSION
-    points: list[ABPoint]
 
 
 def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:

@@ -179,9 +179,11 @@ class Suite:
                 x = parent[x]
             return x
 
-        for pair in [(g.config, g.reference) for g in self.gates] + [
-            (c.config, c.reference) for c in self.crossovers
-        ] + [(c.candidate, c.reference) for c in self.compares]:
+        for pair in (
+            [(g.config, g.reference) for g in self.gates]
+            + [(c.config, c.reference) for c in self.crossovers]
+            + [(c.candidate, c.reference) for c in self.compares]
+        ):
             a, b = pair
             if a in parent and b in parent:
                 parent[find(a)] = find(b)

@@ -74,7 +74,9 @@ def log_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[f
     return out
 
 
-def mean_ci(values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+def mean_ci(
+    values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[float, float, float]:
     """Mean and the two-sided t confidence interval of the mean (``n >= 2``)."""
     n = len(values)
     if n < 2:
@@ -116,7 +118,7 @@ def _pct(x: float) -> str:
 
 
 def _describe(name: str, change: float, candidate: str, reference: str) -> str:
-    """"new is 7.9 % slower than old" (throughputs) or "new's median_ttft_ms is 3.0 % higher"."""
+    """ "new is 7.9 % slower than old" (throughputs) or "new's median_ttft_ms is 3.0 % higher"."""
     size = f"{abs(change) * 100:.1f} %"
     if metric(name).unit.endswith("/s"):
         return f"{candidate} is {size} {'slower' if change < 0 else 'faster'} than {reference}"

@@ -1,0 +1,73 @@
+"""Same-job A/B through pytest: ``[[compare]]`` + the ``llmperf_ab`` fixture, end to end.
+
+Two simulated servers, interleaved rounds, and a slowdown injected into the candidate at C=4
+only: exactly that point fails with a paired-CI sentence, and ab.json plus the Markdown table
+are written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from .conftest import FAST, RELAXED_CLIENT_CHECK, assert_no_servers_left
+
+SUITE = """
+[[server]]
+name = "old"
+model = "sim/qwen-moe"
+
+[[server]]
+name = "new"
+model = "sim/qwen-moe"
+
+[sweep]
+levels = [1, 4]
+
+[[compare]]
+candidate = "new"
+reference = "old"
+rounds = 2
+tolerance = 0.05
+"""
+
+
+def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
+    summary = pytester.path / "summary.md"
+    pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest_subprocess(
+        *FAST,
+        "--llmperf-sim-args",
+        "new: --sim-slowdown 3-4:3.0",
+        "--llmperf-output-dir",
+        str(pytester.path / "out"),
+        timeout=300,
+    )
+    out = result.stdout.str()
+    failed = set(re.findall(r"^FAILED \S+::(\S+)", out, re.M))
+    assert failed == {"test_ab[new-vs-old-C4]"}, out[-3000:]
+    result.assert_outcomes(passed=1, failed=1)
+    assert re.search(r"new is \d+\.\d % slower than old at C=4 \(paired over 2 rounds", out), out
+    data = json.loads((pytester.path / "out" / "ab.json").read_text())
+    points = {p["concurrency"]: p for p in data["points"]}
+    assert set(points) == {1, 4}
+    assert points[4]["verdict"] == "FAIL" and points[4]["ci_high"] < -0.05
+    assert points[1]["verdict"] != "FAIL"
+    # interleaved: reference first in round 1, candidate first in round 2
+    assert points[4]["order"] == [["old", "new"], ["new", "old"]]
+    assert len(points[4]["candidate_values"]) == 2
+    assert "| new-vs-old | 4 " in summary.read_text()
+    assert_no_servers_left(pytester.path)
+
+
+def test_ab_without_compare_section_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", llmperf=SUITE.split("[[compare]]")[0])
+    pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
+    result = pytester.runpytest_subprocess(*FAST, timeout=120)
+    result.stdout.fnmatch_lines(["*uses llmperf_ab, but *llmperf.toml has no [[compare]] entry*"])
+    assert result.ret != 0
