@@ -288,7 +288,8 @@ def launch(
     if config.command is not None:
         simulate = bool(simulate)  # a command server needs no SGLang
     else:
-        have_sglang = sglang_available()
+        # A config's own ``python`` is trusted to have SGLang (checked by its launch). # ab
+        have_sglang = config.python is not None or sglang_available()
         if simulate is None:
             simulate = not have_sglang
         if require_real and not have_sglang:
@@ -327,7 +328,9 @@ def launch(
             # The key, if any, is the command's business (never substituted into argv here).
             argv = config.launch_argv(host=host, port=chosen)
         else:
-            argv = [sys.executable, "-m", module, "--model-path", config.model, *config.args]
+            # ab: a config's ``python`` runs SGLang; the simulator always runs in this interpreter.
+            interpreter = config.python if config.python and not simulate else sys.executable
+            argv = [interpreter, "-m", module, "--model-path", config.model, *config.args]
             argv += ["--host", host, "--port", str(chosen)]
             if simulate and config.sim_profile:
                 argv += ["--sim-profile", config.sim_profile]
@@ -363,7 +366,9 @@ def launch(
                     close_fds=True,
                 )
             except OSError as exc:
-                where = ".command[0]" if own_command else ""
+                where = (
+                    ".command[0]" if own_command else ".python" if argv[0] == config.python else ""
+                )
                 raise LaunchError(
                     f"server config {config.name!r}{where}: cannot start {argv[0]}: {exc}"
                 ) from None

@@ -12,6 +12,16 @@ Suites declare servers in TOML or YAML files shaped like::
 A server that is not SGLang gives its own ``command`` (an argv list; ``{port}``, ``{host}`` and
 ``{model}`` are substituted) and optionally the ``health`` path to wait for::
 
+A server can run SGLang from another environment (an upgrade next to the current release, for
+a same-job A/B): ``python`` is the interpreter that runs ``-m sglang.launch_server`` instead of
+the one running pytest. A simulated run ignores it (the simulator is this package, run by the
+current interpreter), so a suite with ``python`` still runs on a machine without SGLang::
+
+    [[server]]
+    name = "new"
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    python = "/opt/sglang-new/bin/python"
+
     [[server]]
     name = "llama"
     model = "small"
@@ -75,6 +85,17 @@ class ServerConfig(BaseModel):
     # The path that answers 200 once the server is ready (default: the first of
     # /health_generate, /health, /v1/models that exists).
     health: str | None = None
+    # The interpreter that runs ``-m sglang.launch_server`` (default: the one running pytest).
+    python: str | None = Field(default=None, min_length=1)
+
+    @field_validator("python")
+    @classmethod
+    def _python_path(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or "\n" in value):
+            raise ValueError(
+                f"{value!r} is not an interpreter path; give one like /opt/venv/bin/python"
+            )
+        return value
 
     @field_validator("health")
     @classmethod
@@ -108,6 +129,10 @@ class ServerConfig(BaseModel):
             raise ValueError(
                 "args: go to sglang.launch_server and are not used with 'command';"
                 " put the flags in 'command'"
+            )
+        if self.python is not None and self.command is not None:
+            raise ValueError(
+                "python: only used to run sglang.launch_server; a 'command' names its own program"
             )
         if self.health is not None and self.command is None:
             raise ValueError("health: only used with 'command' (SGLang's is /health_generate)")

@@ -165,7 +165,8 @@ class PerfRun:
             return "attached"
         if self.simulate:
             return "simulated"
-        if sglang_available() or self.suite.server(config).command is not None:
+        cfg = self.suite.server(config)
+        if sglang_available() or cfg.command is not None or cfg.python is not None:  # ab: python
             return "launched"
         if self.require_real:
             raise PointError(
