@@ -137,7 +137,66 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_sweep_command(sub)
     _add_runfile_commands(sub)
+    _add_calibrate_command(sub)
     return parser
+
+
+def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="run the suite N times unchanged; print its noise and tolerances that keep false "
+        "alarms under a target",
+        description="Runs `python -m pytest PYTEST_ARGS` N times (each in its own output dir), "
+        "then prints per-point CV, the minimum detectable effect at the configured tolerances "
+        "and repeats, and tolerances / repeats that keep the whole suite's false-alarm rate "
+        "under --target (arithmetic: pytest_llmperf/verdicts/calibration.py).",
+    )
+    p.add_argument("-n", "--runs", type=_positive_int, required=True, help="suite runs (>= 2)")
+    p.add_argument(
+        "--target",
+        type=_positive_float,
+        default=0.01,
+        help="false alarms per suite run to stay under (default 0.01: 1 in 100 runs)",
+    )
+    p.add_argument(
+        "--suite",
+        type=Path,
+        default=None,
+        help="the suite file whose [sweep] metrics, tolerance and repeat are judged "
+        "(default: llmperf.toml in the current directory, if any)",
+    )
+    p.add_argument("--output-dir", type=Path, default=Path("llmperf-calibration"))
+    p.add_argument("--timeout", type=_positive_float, default=3600.0, help="seconds per run")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pytest_llmperf.base.errors import LLMPerfError
+    from pytest_llmperf.run.calibrate import calibrate_suite
+    from pytest_llmperf.run.suite import SUITE_FILE_NAME, load_suite
+    from pytest_llmperf.verdicts.calibration import render
+
+    pytest_args = list(args.pytest_args)
+    if pytest_args[:1] == ["--"]:
+        pytest_args = pytest_args[1:]
+    try:
+        path = args.suite or (Path(SUITE_FILE_NAME) if Path(SUITE_FILE_NAME).is_file() else None)
+        suite = load_suite(path) if path is not None else None
+        cal = calibrate_suite(
+            pytest_args,
+            runs=args.runs,
+            output_dir=args.output_dir,
+            suite=suite,
+            target=args.target,
+            timeout_s=args.timeout,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except LLMPerfError as exc:
+        print(f"llmperf calibrate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
+    print(render(cal))
+    return EXIT_OK
 
 
 # --- output ------------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""``llmperf calibrate``: run the suite N times unchanged, then measure its noise.
+
+Each run is ``python -m pytest <args> --llmperf-output-dir DIR/run-I`` in a subprocess (no
+shell, a timeout per run); the results files it writes are read back and handed to
+``verdicts/calibration.py``. The gated metrics, their tolerances and the repeats come from the
+suite file's ``[sweep]`` (or the defaults), so the report speaks about the gate as configured.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pytest_llmperf.base.errors import LLMPerfError
+from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.report.results_file import load_run
+from pytest_llmperf.run.suite import Suite
+from pytest_llmperf.verdicts.calibration import DEFAULT_TARGET, Calibration, calibrate
+from pytest_llmperf.verdicts.compare import DEFAULT_METRICS, resolve_tolerance
+
+MAX_RUNS = 1000
+# pytest's exit codes for "tests ran" (0 passed, 1 some failed): other codes mean the run broke.
+_RAN = (0, 1)
+
+
+class CalibrateError(LLMPerfError, RuntimeError):
+    """A calibration run did not complete or wrote no results."""
+
+
+def run_suite(
+    pytest_args: Sequence[str],
+    out: Path,
+    *,
+    timeout_s: float,
+    runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
+) -> list[SweepResult]:
+    """One unchanged run of the suite; its sweeps (from every results file it wrote)."""
+    argv = [sys.executable, "-m", "pytest", *pytest_args, "--llmperf-output-dir", str(out)]
+    try:
+        done = runner(argv, timeout=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except subprocess.TimeoutExpired:
+        raise CalibrateError(f"{' '.join(argv)}: did not finish within {timeout_s:g} s") from None
+    tail = done.stdout.decode(errors="replace")[-2000:] if done.stdout else ""
+    if done.returncode not in _RAN:
+        raise CalibrateError(f"{' '.join(argv)} exited with {done.returncode}:\n{tail}")
+    files = sorted(out.glob("results*.json"))
+    if not files:
+        raise CalibrateError(f"{' '.join(argv)} wrote no results file in {out}:\n{tail}")
+    return [s for f in files for s in load_run(f).sweeps]
+
+
+def gate_settings(suite: Suite | None) -> tuple[list[str], dict[str, float], int]:
+    """The gated metrics, their tolerances and the repeats the suite is configured with."""
+    sweep = suite.sweep if suite is not None else None
+    metrics = list(sweep.metrics if sweep and sweep.metrics else DEFAULT_METRICS)
+    test = sweep.tolerance if sweep else None
+    tolerances = {m: resolve_tolerance(m, test=test) for m in metrics}
+    repeats = sweep.repeat if sweep and sweep.repeat else 1
+    return metrics, tolerances, repeats
+
+
+def calibrate_suite(
+    pytest_args: Sequence[str],
+    *,
+    runs: int,
+    output_dir: Path,
+    suite: Suite | None,
+    target: float = DEFAULT_TARGET,
+    timeout_s: float = 3600.0,
+    progress: Callable[[str], None] | None = None,
+    runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
+) -> Calibration:
+    if not 2 <= runs <= MAX_RUNS:
+        raise CalibrateError(f"-n/--runs must be between 2 and {MAX_RUNS}, got {runs}")
+    metrics, tolerances, repeats = gate_settings(suite)
+    results = []
+    for i in range(runs):
+        out = output_dir / f"run-{i + 1}"
+        if progress is not None:
+            progress(f"calibration run {i + 1}/{runs} -> {out}")
+        results.append(run_suite(pytest_args, out, timeout_s=timeout_s, runner=runner))
+    return calibrate(
+        results, metrics=metrics, tolerances=tolerances, repeats=repeats, target=target
+    )
