@@ -141,25 +141,34 @@ def judge_paired(
     if not 0 <= tolerance < 1:
         raise InputError(f"tolerance must be in [0, 1), got {tolerance!r}")
     n = len(d)
-    base = {
-        "candidate": candidate,
-        "reference": reference,
-        "metric": metric_name,
-        "concurrency": concurrency,
-        "rounds": n,
-        "tolerance": tolerance,
-        "confidence": confidence,
-        "adjusted": adjusted,
-    }
+
+    def result(
+        change: float, low: float, high: float, verdict: PairedVerdict, message: str
+    ) -> PairedResult:
+        return PairedResult(
+            candidate=candidate,
+            reference=reference,
+            metric=metric_name,
+            concurrency=concurrency,
+            rounds=n,
+            change=change,
+            ci_low=low,
+            ci_high=high,
+            tolerance=tolerance,
+            confidence=confidence,
+            verdict=verdict,
+            message=message,
+            adjusted=adjusted,
+        )
+
     if n < 2:
         change = math.exp(d[0]) - 1 if d else 0.0
-        return PairedResult(
-            **base,
-            change=change,
-            ci_low=change,
-            ci_high=change,
-            verdict="INCONCLUSIVE",
-            message=f"{candidate} vs {reference} at C={concurrency}: {n} paired round(s); "
+        return result(
+            change,
+            change,
+            change,
+            "INCONCLUSIVE",
+            f"{candidate} vs {reference} at C={concurrency}: {n} paired round(s); "
             "a paired verdict needs at least 2 (set rounds = 2 or more in [[compare]])",
         )
     m, lo, hi = mean_ci(d, confidence)
@@ -183,6 +192,4 @@ def judge_paired(
         text += f": a regression beyond the tolerance ({limit})"
     elif verdict == "INCONCLUSIVE":
         text += f": the interval straddles the tolerance ({limit}); add rounds to decide"
-    return PairedResult(
-        **base, change=change, ci_low=ci_low, ci_high=ci_high, verdict=verdict, message=text
-    )
+    return result(change, ci_low, ci_high, verdict, text)

@@ -1,4 +1,4 @@
-"""``llmperf calibrate``'s arithmetic (verdicts/calibration.py) and its runner (run/calibrate.py)."""
+"""`llmperf calibrate`: the arithmetic (verdicts/calibration.py) and the runner (run/calibrate.py)."""
 
 from __future__ import annotations
 
