@@ -306,6 +306,7 @@ def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> C
 @pytest.fixture
 def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:  # ab
     """One ``[[compare]]`` at one level: candidate vs reference over paired, interleaved rounds."""
+    from pytest_llmperf.plugin.ab import ab_run
     from pytest_llmperf.plugin.checks import ABCheck
 
     param: ABParam = request.param
@@ -315,7 +316,7 @@ def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:
     levels = llm.effective(suite, marker, "levels", where)
     workload = llm.workload(suite, marker, where, spec.reference)
     return ABCheck(
-        ab=llm.ab_run(param, workload, levels),
+        ab=ab_run(llm, param, workload, levels),
         concurrency=param.concurrency,
         on_result=llm.ab_points.append,
         on_properties=_properties(request),

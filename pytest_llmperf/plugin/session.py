@@ -386,18 +386,6 @@ class LLMPerfSession:
             env.pop("PYTEST_XDIST_WORKER_COUNT", None)
         return env
 
-    def ab_run(self, param: ABParam, workload: Workload, levels: tuple[int, ...]) -> ABRun:  # ab
-        """The A/B rounds of one ``[[compare]]`` (shared by the tests of its levels)."""
-        from pytest_llmperf.run.ab import ABRun
-
-        suite = self.suites[param.suite_path]
-        spec = suite.compares[param.index]
-        levels = tuple(spec.levels or levels)
-        key = (param.suite_path, param.index, workload, levels)
-        if key not in self.ab_runs:
-            self.ab_runs[key] = ABRun(spec, levels, workload, self.perf_run(suite))
-        return self.ab_runs[key]
-
     def safe_hardware(self, config: str) -> str:
         try:
             return self.run.hardware_for(config) if self.run else "unknown"
@@ -489,13 +477,9 @@ class LLMPerfSession:
             if self.settings["plots"]:
                 self._write_plots(out / "plots")
         if self.ab_points:  # ab: ab.json and its Markdown table
-            from pytest_llmperf.report.ab_table import AB_FILE_NAME, ab_markdown, save_ab
+            from pytest_llmperf.plugin.ab import write_ab
 
-            save_ab(self.ab_points, out / AB_FILE_NAME)
-            summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-            if summary_path:
-                with open(summary_path, "a", encoding="utf-8") as fh:
-                    fh.write(ab_markdown(self.ab_points) + "\n")
+            write_ab(self.ab_points, out)
         if self._store is None:
             return
         update = bool(self.settings["update"])
@@ -578,11 +562,9 @@ class LLMPerfSession:
         for r in self.sweep_checks:
             lines.append(f"{r.label}: C={r.value} (baseline {r.baseline}) {r.verdict}")
         if self.ab_points:  # ab
-            from pytest_llmperf.report.ab_table import AB_FILE_NAME, ab_table
+            from pytest_llmperf.plugin.ab import ab_summary_lines
 
-            lines += ["", *ab_table(self.ab_points).splitlines()]
-            lines += [f"A/B {p.verdict}: {p.message}" for p in self.ab_points]
-            lines.append(f"A/B results: {self.output_dir / AB_FILE_NAME}")
+            lines += ab_summary_lines(self.ab_points, self.output_dir)
         lines += [f"INVALID: {line}" for line in self.invalid]
         lines += [f"NOT MEASURED: {c}: {why}" for c, why in self.unmeasured.items()]
         lines += [f"baselines: {line}" for line in self.baseline_lines]

@@ -1,4 +1,4 @@
-"""`llmperf calibrate`: the arithmetic (verdicts/calibration.py) and the runner (run/calibrate.py)."""
+"""`llmperf calibrate`: its arithmetic (verdicts/calibration.py) and runner (run/calibrate.py)."""
 
 from __future__ import annotations
 
