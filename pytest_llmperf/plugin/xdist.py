@@ -26,6 +26,7 @@ def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
         "sweep_checks": state.sweep_checks,
         "invalid": state.invalid,
         "unmeasured": state.unmeasured,
+        "ab_points": state.ab_points,  # ab
         "store": state.store.to_dict() if state.has_store else None,
     }
     return {"pickle": base64.b64encode(pickle.dumps(body)).decode("ascii")}
@@ -45,6 +46,7 @@ def merge_payloads(state: LLMPerfSession) -> None:
         state.sweep_checks.extend(body["sweep_checks"])
         state.invalid.extend(body["invalid"])
         state.unmeasured.update(body["unmeasured"])
+        state.ab_points.extend(body.get("ab_points", []))  # ab
         if body["store"] is not None:
             if not state.has_store:
                 state._store = BaselineStore.from_dict(body["store"])

@@ -72,3 +72,18 @@ def test_ab_without_compare_section_is_a_usage_error(pytester: pytest.Pytester) 
     assert "uses llmperf_ab, but" in result.stdout.str()
     assert "has no [[compare]] entry" in result.stdout.str()
     assert result.ret != 0
+
+
+def test_ab_points_reach_the_controller_under_xdist(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
+    out = pytester.path / "out"
+    result = pytester.runpytest_subprocess(
+        *FAST, "-n", "2", "--llmperf-output-dir", str(out), timeout=300
+    )
+    assert result.ret in (0, 1), result.stdout.str()[-3000:]
+    points = json.loads((out / "ab.json").read_text())["points"]
+    assert sorted(p["concurrency"] for p in points) == [1, 4]
+    assert_no_servers_left(pytester.path)
