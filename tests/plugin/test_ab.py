@@ -29,7 +29,7 @@ levels = [1, 4]
 [[compare]]
 candidate = "new"
 reference = "old"
-rounds = 2
+rounds = 4
 tolerance = 0.05
 """
 
@@ -40,10 +40,13 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
     summary = pytester.path / "summary.md"
     pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    # Longer outputs than FAST, so a level is not dominated by scheduling on a busy box.
     result = pytester.runpytest_subprocess(
         *FAST,
+        "--llmperf-output-len",
+        "64",
         "--llmperf-sim-args",
-        "new: --sim-slowdown 3-4:3.0",
+        "new: --sim-slowdown 3-4:4.0",
         "--llmperf-output-dir",
         str(pytester.path / "out"),
         timeout=300,
@@ -52,15 +55,15 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
     failed = set(re.findall(r"^FAILED \S+::(\S+)", out, re.M))
     assert failed == {"test_ab[new-vs-old-C4]"}, out[-3000:]
     result.assert_outcomes(passed=1, failed=1)
-    assert re.search(r"new is \d+\.\d % slower than old at C=4 \(paired over 2 rounds", out), out
+    assert re.search(r"new is \d+\.\d % slower than old at C=4 \(paired over 4 rounds", out), out
     data = json.loads((pytester.path / "out" / "ab.json").read_text())
     points = {p["concurrency"]: p for p in data["points"]}
     assert set(points) == {1, 4}
     assert points[4]["verdict"] == "FAIL" and points[4]["ci_high"] < -0.05
     assert points[1]["verdict"] != "FAIL"
-    # interleaved: reference first in round 1, candidate first in round 2
-    assert points[4]["order"] == [["old", "new"], ["new", "old"]]
-    assert len(points[4]["candidate_values"]) == 2
+    # interleaved: reference first in odd rounds, candidate first in even ones
+    assert points[4]["order"] == [["old", "new"], ["new", "old"]] * 2
+    assert len(points[4]["candidate_values"]) == 4
     assert "| new-vs-old | 4 " in summary.read_text()
     assert_no_servers_left(pytester.path)
 
