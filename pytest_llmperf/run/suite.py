@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -44,6 +44,9 @@ class SweepSection(BaseModel):
     repeat: int | None = Field(default=None, gt=0)
     baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording (issue 9)
     request_rate: float | None = Field(default=None, gt=0)
+    workload: Literal["random", "shared-prefix"] | None = None  # workloads
+    prefix_len: int | None = Field(default=None, gt=0)  # workloads
+    prefix_groups: int | None = Field(default=None, gt=0)  # workloads
     metrics: tuple[str, ...] | None = None
     tolerance: dict[str, Any] | None = None
 
