@@ -15,6 +15,8 @@ SHARED_PREFIX = dict(
     input_len=1100,
     output_len=64,
     levels=[1, 8],
+    # TTFT of a few ms on the simulator moves by tens of % on a shared CPU: judge on 3 samples
+    repeat=3,
 )
 
 
@@ -28,8 +30,16 @@ def test_shared_prefix_ttft(llmperf_point):
     llmperf_point.assert_baseline()
 
 
-# Launch -> healthy and the first request after it, per launched config: an upgrade that
-# doubles model-load time fails (the default start-up tolerance is 50 %).
-@pytest.mark.llmperf(input_len=64, output_len=16, levels=[1], metrics=["startup_s"])
+# Launch -> healthy, per launched config: an upgrade that doubles model-load time fails. The
+# default start-up tolerance is 50 %; the simulator starts in about a second of Python imports,
+# which a busy shared CPU stretches by up to ~80 %, so this suite allows 90 % (on a GPU runner
+# model loading dominates and the default fits).
+@pytest.mark.llmperf(
+    input_len=64,
+    output_len=16,
+    levels=[1],
+    metrics=["startup_s", "first_request_ms"],
+    tolerance={"startup_s": "90%", "first_request_ms": "90%"},
+)
 def test_startup(llmperf_point):
     llmperf_point.assert_baseline()
