@@ -176,11 +176,13 @@ def explain(level: LevelResult, entry: BaselineEntry | None = None) -> list[str]
             f"dp-size {dp} splits the running cap {cap} into {per} per DP worker "
             f"(C={c} is {c / dp:g} per worker)"
         )
-    running = min(c, cap) if cap is not None else c
+    # each DP worker runs its own batch against its own captured graphs
+    running = math.ceil((min(c, cap) if cap is not None else c) / dp)
     bs = level.server_cuda_graph_max_bs
     if bs is not None and running > bs:
+        each = " per DP worker" if dp > 1 else ""
         why.append(
-            f"{running} running requests exceed the CUDA-graph capture size {bs} "
+            f"{running} running requests{each} exceed the CUDA-graph capture size {bs} "
             "(cuda_graph_max_bs): larger batches fall back to eager decoding"
         )
     if level.accept_length is not None:

@@ -69,7 +69,7 @@ def test_cache_hit_rate_is_gated_when_recorded() -> None:
 def test_explain_names_every_speculative_cause() -> None:
     lv = make_level(64, 1571.1, cap=48, accept=2.1)
     lv.server_dp_size = 8
-    lv.server_cuda_graph_max_bs = 32
+    lv.server_cuda_graph_max_bs = 4
     lv.speculative = True
     entry = BaselineEntry(metrics={"accept_length": summarize("accept_length", [2.9])})
     why = explain(lv, entry)
@@ -77,7 +77,9 @@ def test_explain_names_every_speculative_cause() -> None:
     assert why[1] == (
         "dp-size 8 splits the running cap 48 into 6 per DP worker (C=64 is 8 per worker)"
     )
-    assert why[2].startswith("48 running requests exceed the CUDA-graph capture size 32")
+    assert why[2].startswith(
+        "6 running requests per DP worker exceed the CUDA-graph capture size 4"
+    )
     assert why[3].startswith("accept length 2.10 is below its baseline 2.90")
     # without a baseline, or within its tolerance, the accept length is only stated
     assert explain(lv)[-1] == "accept length 2.10"
