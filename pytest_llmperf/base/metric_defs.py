@@ -64,6 +64,26 @@ METRICS: dict[str, MetricDef] = {
             "higher",
             "speculative decoding accept length reported by the server for this level",
         ),
+        MetricDef(
+            "cache_hit_rate",
+            "ratio",
+            "higher",
+            "prompt tokens the server served from its prefix cache / all prompt tokens of the "
+            "level, from its reported cached tokens (shared-prefix workloads)",
+        ),
+        MetricDef(
+            "startup_s",
+            "s",
+            "lower",
+            "launch to healthy of the server this level ran on (launched configs)",
+        ),
+        MetricDef(
+            "first_request_ms",
+            "ms",
+            "lower",
+            "end-to-end latency of the first request after the server became healthy "
+            "(launched configs)",
+        ),
         MetricDef("goodput", "req/s", "higher", "completed requests per second that met every SLO"),
         MetricDef(
             "crossover_concurrency",

@@ -9,11 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from pytest_llmperf.base.version import __version__
 
 Backend = Literal["sglang", "openai", "openai-chat"]
+# What the prompts are: fresh random ones (no cache can serve them), or G groups sharing a
+# P-token prefix each (the radix cache serves the prefix; core/workload.py).
+WorkloadKind = Literal["random", "shared-prefix"]
 # How a server came to be measured: the one word the header, results and baselines use.
 Mode = Literal["launched", "attached", "simulated"]
 
@@ -39,6 +42,41 @@ class Workload(_Model):
     request_rate: float | None = Field(default=None, gt=0)
     # OpenAI backends: send the non-standard fields (ignore_eos, continuous_usage_stats).
     openai_extensions: bool = True
+    kind: WorkloadKind = "random"
+    # shared-prefix: every prompt is one of ``prefix_groups`` common prefixes of ``prefix_len``
+    # tokens, then a unique suffix up to ``input_len``.
+    prefix_len: PositiveInt | None = None
+    prefix_groups: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _shared_prefix(self) -> Workload:
+        if self.kind == "random":
+            if self.prefix_len is not None or self.prefix_groups is not None:
+                raise ValueError("prefix_len and prefix_groups need workload = 'shared-prefix'")
+            return self
+        if self.prefix_len is None or self.prefix_groups is None:
+            raise ValueError("workload 'shared-prefix' needs prefix_len and prefix_groups")
+        if self.prefix_len >= self.input_len:
+            raise ValueError(
+                f"prefix_len {self.prefix_len} must be below input_len {self.input_len}: each "
+                "prompt is the shared prefix plus a unique suffix of at least one token"
+            )
+        if self.backend == "openai-chat":
+            raise ValueError(
+                "workload 'shared-prefix' sends token ids; use backend sglang or openai "
+                "(a chat template would change what is shared)"
+            )
+        return self
+
+    def expected_cache_hit_rate(self) -> float:
+        """Prompt tokens a prefix cache should serve, as a fraction of all prompt tokens.
+
+        shared-prefix primes every group's prefix after the flush, so each measured request
+        finds its ``prefix_len`` tokens cached; random prompts share nothing.
+        """
+        if self.kind == "shared-prefix" and self.prefix_len is not None:
+            return self.prefix_len / self.input_len
+        return 0.0
 
     def num_requests(self, concurrency: int) -> int:
         """How many requests a level of this concurrency sends."""
@@ -63,6 +101,8 @@ class Workload(_Model):
             k += f"-seed{self.seed}"
         if self.temperature != 0.0:
             k += f"-temp{self.temperature:g}"
+        if self.kind == "shared-prefix":
+            k += f"-sp{self.prefix_groups}x{self.prefix_len}"
         return k
 
 
@@ -134,6 +174,9 @@ class LevelResult(_Model):
     # Prompt tokens the server reported serving from its prefix cache (SGLang
     # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens).
     total_cached_tokens: int = 0
+    # shared-prefix levels only: total_cached_tokens / total_input_tokens (None elsewhere, so
+    # random workloads record no hit rate and gate none).
+    cache_hit_rate: float | None = None
     # Chat: tokens of each prompt around its sized content (template, the prompt's number),
     # measured at the server; a prefix cache may serve up to this many per request.
     prompt_overhead_tokens: int = 0
@@ -162,6 +205,15 @@ class LevelResult(_Model):
     accept_length: float | None = None
     goodput: float | None = None
     server_max_running_requests: int | None = None
+    # From /server_info, for explaining a speculative config's loss (verdicts/compare.py).
+    server_cuda_graph_max_bs: int | None = None
+    server_dp_size: int | None = None
+    speculative: bool = False
+    # Launched servers: launch -> healthy, and the first request after healthy (the warm-up,
+    # WARMUP_OUTPUT_LEN tokens), stamped on every level of that server so each point's
+    # baseline carries them.
+    startup_s: float | None = None
+    first_request_ms: float | None = None
     queueing: bool = False
     # Open-loop (request_rate) levels only: how late requests left against their schedule.
     schedule_lag_p99_ms: float | None = None

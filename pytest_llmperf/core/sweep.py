@@ -1,9 +1,10 @@
 """Sweeps over concurrency levels: closed loop (exactly C in flight) or open-loop Poisson.
 
 Per level: ``/flush_cache`` while idle (so the radix cache holds nothing and the speculative
-counters restart) -> run the level -> ``/server_info`` (the level's accept length). One short
-warm-up request goes first. Every wait is bounded: each request has a total deadline and each
-level a deadline derived from it.
+counters restart) -> for a shared-prefix workload, one priming request per prefix group (so
+the cache holds exactly the shared prefixes) -> run the level -> ``/server_info`` (the
+level's accept length). One short warm-up request goes first. Every wait is bounded: each
+request has a total deadline and each level a deadline derived from it.
 
 ``run_sweep`` runs its own event loop in a dedicated thread, so it also works where a loop is
 already running (pytest-asyncio tests, notebooks); ``run_sweep_async`` is the same in the
@@ -38,7 +39,13 @@ from pytest_llmperf.core.server_probe import (
     server_facts,
 )
 from pytest_llmperf.core.slo import Slo
-from pytest_llmperf.core.workload import WARMUP_INDEX, build_prompts, poisson_offsets, warmup_prompt
+from pytest_llmperf.core.workload import (
+    WARMUP_INDEX,
+    build_prompts,
+    poisson_offsets,
+    prime_prompts,
+    warmup_prompt,
+)
 
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
 PROGRESS_INTERVAL_S = 0.25
@@ -84,6 +91,7 @@ def level_deadline_s(workload: Workload, concurrency: int) -> float:
     """Upper bound on one level: every worker's requests at their full deadline, plus probes."""
     n = workload.num_requests(concurrency)
     waves = math.ceil(n / concurrency) if workload.request_rate is None else n
+    waves += workload.prefix_groups or 0  # shared-prefix: the priming requests, one by one
     return (waves + 1) * workload.request_timeout_s + 4 * PROBE_TIMEOUT_S
 
 
@@ -214,6 +222,9 @@ async def _measure_level(
     flushed, why = await flush_cache(gen.http)
     if not flushed and why:
         notes.append(why)  # the prompts are fresh anyway; only speculative counters carry over
+    primed = await _prime(gen, workload)
+    if primed:
+        notes.append(primed)
     bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
     tracker = _Tracker(concurrency, n, progress)
     sampler = MetricsSampler(gen.http) if scrape_metrics else None
@@ -253,9 +264,12 @@ async def _measure_level(
         for i, r in enumerate(records)
     ]
     result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
+    if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
+        result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
     info = await get_server_info(gen.http)
     if info is not None:
         cap = effective_running_cap(info) or cap
+        _server_shape(result, info)
         result.accept_length = accept_length(info) if flushed else None
     if result.accept_length is None:
         per_req = [r.spec_accept_length for r in final if r.ok and r.spec_accept_length]
@@ -284,12 +298,34 @@ async def _measure_level(
     return result
 
 
+def _server_shape(result: LevelResult, info: dict[str, object]) -> None:
+    """What a speculative config's loss may be explained by: graph capture size, DP ranks."""
+    bs, dp = info.get("cuda_graph_max_bs"), info.get("dp_size")
+    result.server_cuda_graph_max_bs = bs if isinstance(bs, int) and bs > 0 else None
+    result.server_dp_size = dp if isinstance(dp, int) and dp > 0 else None
+    result.speculative = bool(info.get("speculative_algorithm"))
+
+
+async def _prime(gen: LoadGenerator, workload: Workload) -> str | None:
+    """Put each shared prefix in the cache (one 1-token request per group); a note if any
+    priming request failed (the hit-rate check then says how far off the level is)."""
+    failed = []
+    for i, prompt in enumerate(prime_prompts(workload)):
+        rec = await gen.request(WARMUP_INDEX - 1000 - i, prompt, 1)
+        if not rec.ok:
+            failed.append(rec.error or "failed")
+    if failed:
+        return f"{len(failed)} priming request(s) failed, first: {failed[0]}"
+    return None
+
+
 async def _warm_up(
     gen: LoadGenerator,
     workload: Workload,
     progress: ProgressCallback | None,
     prompt_start: int = 0,
-) -> None:
+) -> float:
+    """The warm-up request; its end-to-end latency in ms (a fresh server's first request)."""
     tracker = _Tracker(0, 1, progress)
     rec = await gen.request(
         WARMUP_INDEX,
@@ -300,6 +336,7 @@ async def _warm_up(
     tracker.report("warmup")
     if not rec.ok:
         raise SweepError(f"warm-up request to {gen.base_url} failed: {rec.error}")
+    return rec.e2e * 1e3
 
 
 async def _size_chat(gen: LoadGenerator, workload: Workload) -> ChatSizing | None:
@@ -397,8 +434,7 @@ async def run_level_async(
         extensions=workload.openai_extensions,
     ) as gen:
         info = await get_server_info(gen.http)
-        if warmup:
-            await _warm_up(gen, workload, progress, prompt_start)
+        first_ms = await _warm_up(gen, workload, progress, prompt_start) if warmup else None
         sizing = await _size_chat(gen, workload)
         prompts = build_prompts(
             workload,
@@ -406,7 +442,7 @@ async def run_level_async(
             prompt_start,
             chat_filler=sizing.filler if sizing is not None else None,
         )
-        return await _measure_level(
+        level = await _measure_level(
             gen,
             concurrency,
             workload,
@@ -418,6 +454,8 @@ async def run_level_async(
             slo=slo,
             sizing=sizing,
         )
+        level.first_request_ms = first_ms
+        return level
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

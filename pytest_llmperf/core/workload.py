@@ -7,6 +7,12 @@ prefix with an earlier one, also on servers without ``/flush_cache`` (llama.cpp,
 same command sends the same prompts tomorrow. The first token encodes the ordinal (distinct for
 the first 29000 prompts of a run); the second its high part, so later prompts share at most one
 token with an earlier one. The warm-up prompt has first tokens of its own.
+
+A ``shared-prefix`` workload puts one of G seeded prefixes of P tokens (group = ordinal mod G)
+in front of such a fresh suffix of ``input_len - P`` tokens: a prefix cache can serve exactly
+the prefix. ``prime_prompts`` holds one short prompt per group, sent after the flush, so every
+measured request finds its prefix cached (warm-up -> flush -> prime -> measure, as SGLang's
+own hit-rate test does).
 """
 
 from __future__ import annotations
@@ -51,6 +57,38 @@ def prompt_ids(index: int, input_len: int, seed: int = 0) -> list[int]:
     return [head, *rest]
 
 
+_PREFIX_STREAM = 0x5BF
+# Prime prompts end in a token no level or warm-up prompt starts its suffix with.
+_PRIME_TOKEN = TOKEN_ID_HIGH + 1000
+
+
+def prefix_ids(group: int, prefix_len: int, seed: int = 0) -> list[int]:
+    """The shared prefix of ``group``: seeded, the same for every prompt of the group."""
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, group & 0xFFFFFFFF, _PREFIX_STREAM])
+    return rng.integers(TOKEN_ID_LOW, TOKEN_ID_HIGH, size=prefix_len).tolist()
+
+
+def _shared_prefix_sizes(workload: Workload) -> tuple[int, int]:
+    if workload.prefix_len is None or workload.prefix_groups is None:
+        raise ValueError("a shared-prefix workload needs prefix_len and prefix_groups")
+    return workload.prefix_len, workload.prefix_groups
+
+
+def shared_prefix_ids(workload: Workload, index: int) -> list[int]:
+    """Prompt ``index`` of a shared-prefix workload: its group's prefix, then a fresh suffix."""
+    p, g = _shared_prefix_sizes(workload)
+    suffix = prompt_ids(index, workload.input_len - p, workload.seed)
+    return prefix_ids(index % g, p, workload.seed) + suffix
+
+
+def prime_prompts(workload: Workload) -> list[list[int]]:
+    """One prompt per group (its prefix plus one token) that puts the prefixes in the cache."""
+    if workload.kind != "shared-prefix":
+        return []
+    p, g = _shared_prefix_sizes(workload)
+    return [[*prefix_ids(i, p, workload.seed), _PRIME_TOKEN + i % 1000] for i in range(g)]
+
+
 def prompt_text(index: int, input_len: int, seed: int = 0) -> str:
     """A deterministic text prompt of about ``input_len`` tokens (chat cannot send ids)."""
     ids = prompt_ids(index, input_len, seed)
@@ -85,6 +123,8 @@ def build_prompts(
     if start < 0:
         raise ValueError(f"the first prompt ordinal must be >= 0, got {start}")
     ordinals = range(start, start + count)
+    if workload.kind == "shared-prefix":
+        return [shared_prefix_ids(workload, i) for i in ordinals]
     if workload.backend == "openai-chat" and chat_filler is not None:
         return [chat_prompt(i, chat_filler) for i in ordinals]
     if workload.backend == "openai-chat":

@@ -153,6 +153,8 @@ class ServerHandle:
         self.exit_code: int | None = None
         # What the server turned out to be (set once it is ready): kind, model, routes.
         self.kind: ServerKind | None = None
+        # Launched servers: seconds from process start to the first healthy answer.
+        self.startup_s: float | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -355,6 +357,7 @@ def launch(
                 f" {' '.join(handle.argv)}\n".encode()
             )
             log.flush()
+            t_spawn = time.monotonic()
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -387,6 +390,7 @@ def launch(
             with http_client(url, api_key) as client:
                 ready, last = poll_ready(client, url, deadline, proc, health_routes)
                 if ready is not None:
+                    handle.startup_s = time.monotonic() - t_spawn
                     handle.kind = discover(client, url, ready)
         except BaseException:
             handle.close(grace_s=min(grace_s, 2.0))  # Ctrl-C during startup: stop it now

@@ -182,6 +182,9 @@ class LLMPerfSession:
             request_timeout_s=get("request_timeout"),
             request_rate=get("request_rate"),
             openai_extensions=get("openai_extensions"),
+            kind=get("workload"),  # workloads
+            prefix_len=get("prefix_len"),  # workloads
+            prefix_groups=get("prefix_groups"),  # workloads
         )
 
     # -- parametrization --------------------------------------------------------------------

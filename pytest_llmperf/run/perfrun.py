@@ -112,6 +112,7 @@ class _ConfigState:
     # dev mode), so an earlier run's cached prompts cannot flatter this one.
     prompt_base: int = 0
     launch_id: str | None = None  # which launch measured a sample (honest n, issue 9)
+    first_request_ms: float | None = None  # the warm-up of the server's first measurement
 
 
 @dataclass
@@ -379,6 +380,7 @@ class PerfRun:
         if state and state.handle is not None:
             state.handle.close()
             state.warmed = False
+            state.first_request_ms = None
 
     def stop_all(self) -> None:
         for name in list(self._states):
@@ -458,6 +460,7 @@ class PerfRun:
                 ) from None
             state.warmed = True
             level.launch = state.launch_id
+            self._stamp_startup(state, handle, level)
             code = handle.poll()
             if code is not None:
                 # Requests failed because the server died: say so instead of blaming the numbers.
@@ -468,6 +471,17 @@ class PerfRun:
                 # The level stays in the results (its failed requests), the point errors.
                 raise PointError(state.error)
             return level
+
+    @staticmethod
+    def _stamp_startup(state: _ConfigState, handle: ServerHandle, level: LevelResult) -> None:
+        """Launched servers: start-up time and first-request latency on every level of it."""
+        if handle.startup_s is None:  # attached: nobody here saw it start
+            level.first_request_ms = None
+            return
+        if state.first_request_ms is None:
+            state.first_request_ms = level.first_request_ms
+        level.startup_s = handle.startup_s
+        level.first_request_ms = state.first_request_ms
 
     def ensure(
         self,

@@ -302,6 +302,37 @@ SETTINGS: tuple[Setting, ...] = (
         "(on/off; turn off for strict servers that answer 400/422 to them)",
         marker=True,
     ),
+    # workloads: what the prompts are (core/workload.py); recorded in the baseline key.
+    Setting(
+        "workload",
+        parse_choice("random", "shared-prefix"),
+        "random",
+        "prompts: random (fresh, no cache can serve them) or shared-prefix (prefix_groups "
+        "prefixes of prefix_len tokens, primed in the prefix cache; its hit rate is measured)",
+        marker=True,
+    ),
+    Setting(
+        "prefix_len",
+        parse_positive_int,
+        None,
+        "shared-prefix: tokens of each group's common prefix (below input_len)",
+        marker=True,
+    ),
+    Setting(
+        "prefix_groups",
+        parse_positive_int,
+        None,
+        "shared-prefix: number of distinct prefixes (prompt n uses prefix n mod G)",
+        marker=True,
+    ),
+    Setting(
+        "hit_rate_slack",
+        parse_slack,
+        0.1,
+        "shared-prefix workloads: how far (absolute) the measured cache hit rate may be from the "
+        "expected one before a level is invalid, e.g. 10%",
+        marker=True,
+    ),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -51,6 +51,9 @@ class SweepSection(BaseModel):
     repeat: int | None = Field(default=None, gt=0)
     baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording (issue 9)
     request_rate: float | None = Field(default=None, gt=0)
+    workload: Literal["random", "shared-prefix"] | None = None  # workloads
+    prefix_len: int | None = Field(default=None, gt=0)  # workloads
+    prefix_groups: int | None = Field(default=None, gt=0)  # workloads
     metrics: tuple[str, ...] | None = None
     tolerance: dict[str, Any] | None = None
 

@@ -51,7 +51,12 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "median_ttft_ms",
     "median_itl_ms",
     "accept_length",
+    # recorded only where they mean something: shared-prefix levels, launched servers
+    "cache_hit_rate",
+    "startup_s",
 )
+# Start-up is one sample per launch and moves with disk and page cache; doubling must fail.
+_STARTUP_TOLERANCE = 0.5
 
 
 class Verdict(StrEnum):
@@ -100,6 +105,8 @@ def validate_tolerance(value: object, source: str = "tolerance") -> float:
 def default_tolerance(name: str) -> float:
     """5 % for throughputs and accept length, 10 % for mean/median latency, 15 % for tails."""
     d = metric(name)
+    if name in ("startup_s", "first_request_ms"):
+        return _STARTUP_TOLERANCE
     if d.direction == "higher":
         return 0.05
     if name.startswith(("p90_", "p99_")):
@@ -151,16 +158,47 @@ def _tol(x: float) -> str:
     return f"{100 * x:.3g} %"
 
 
-def explain(level: LevelResult) -> list[str]:
-    """The server-side facts that explain a number: cap/queueing, accept length, notes."""
+def explain(level: LevelResult, entry: BaselineEntry | None = None) -> list[str]:
+    """The server-side facts that explain a number, every cause it can see: C above the
+    running cap (and DP splitting that cap per worker), C above the CUDA-graph capture size
+    (eager fallback), accept length below its baseline; then the level's notes."""
     why: list[str] = []
+    c = level.max_concurrency
     cap = level.server_max_running_requests
-    if cap is not None and (level.queueing or level.max_concurrency > cap):
-        why.append(f"server capped running requests at {cap} (C={level.max_concurrency} queues)")
+    dp = level.server_dp_size or 1
+    if cap is not None and (level.queueing or c > cap):
+        why.append(f"server capped running requests at {cap} (C={c} queues)")
     elif level.queueing:
-        why.append(f"requests queued at C={level.max_concurrency}")
+        why.append(f"requests queued at C={c}")
+    if cap is not None and dp > 1 and (level.queueing or c > cap or level.speculative):
+        per = cap // dp
+        why.append(
+            f"dp-size {dp} splits the running cap {cap} into {per} per DP worker "
+            f"(C={c} is {c / dp:g} per worker)"
+        )
+    # each DP worker runs its own batch against its own captured graphs
+    running = math.ceil((min(c, cap) if cap is not None else c) / dp)
+    bs = level.server_cuda_graph_max_bs
+    if bs is not None and running > bs:
+        each = " per DP worker" if dp > 1 else ""
+        why.append(
+            f"{running} running requests{each} exceed the CUDA-graph capture size {bs} "
+            "(cuda_graph_max_bs): larger batches fall back to eager decoding"
+        )
     if level.accept_length is not None:
-        why.append(f"accept length {level.accept_length:.2f}")
+        base = entry.metrics.get("accept_length") if entry is not None else None
+        if (
+            base is not None
+            and base.mean
+            and level.accept_length
+            < base.mean * (1 - resolve_tolerance("accept_length", entry=entry))
+        ):
+            why.append(
+                f"accept length {level.accept_length:.2f} is below its baseline "
+                f"{base.mean:.2f} (the draft model accepts fewer tokens per verify step)"
+            )
+        else:
+            why.append(f"accept length {level.accept_length:.2f}")
     why.extend(n for n in level.notes if n not in why)
     return why
 
@@ -308,7 +346,7 @@ def compare_point(
         raise ValueError("compare_point() needs at least one LevelResult")
     c = reps[0].max_concurrency
     wl_key = workload.key() if workload is not None else ""
-    why = explain(reps[-1])
+    why = explain(reps[-1], entry)
     point = PointComparison(
         config=config, concurrency=c, workload=wl_key, verdict=Verdict.PASS, why=why
     )

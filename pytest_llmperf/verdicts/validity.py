@@ -38,6 +38,12 @@ class ValidityPolicy(BaseModel):
     # measured prompt is fresh (core/workload.py), so any hit means another client or a reused
     # prompt skipped prefills the number claims to include.
     max_cached_tokens_per_request: int = Field(default=0, ge=0)
+    # shared-prefix workloads: how far (absolute, as a fraction of prompt tokens) the measured
+    # cache hit rate may be from the expected one. Page-granular caches (vLLM's 16-token
+    # blocks) serve a little less than the prefix; anything beyond this slack means the
+    # workload did not do what it says (cache off or evicting, or serving more than the
+    # prefix), and the numbers do not describe it.
+    hit_rate_slack: float = Field(default=0.1, ge=0.0, lt=1.0)
     # The client is the bottleneck above these (core/monitor.py's defaults).
     loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
     cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
@@ -49,6 +55,7 @@ def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
         max_failed=get("max_failed"),
         length_tolerance=get("length_slack"),
         max_cached_tokens_per_request=get("max_cached_tokens"),
+        hit_rate_slack=get("hit_rate_slack"),
         loop_lag_p99_limit_ms=get("loop_lag_limit"),
         cpu_percent_limit=get("cpu_limit"),
     )
@@ -83,6 +90,36 @@ def _saturation(client: ClientHealth, policy: ValidityPolicy) -> str | None:
     if client.cpu_percent > policy.cpu_percent_limit:
         why.append(f"client CPU {client.cpu_percent:.0f}% > {policy.cpu_percent_limit:g}%")
     return "; ".join(why) if why else None
+
+
+def _hit_rate(level: LevelResult, workload: Workload, policy: ValidityPolicy) -> list[str]:
+    """A shared-prefix level must hit its prefix cache as designed (both numbers said)."""
+    want = workload.expected_cache_hit_rate()
+    got = (
+        level.cache_hit_rate
+        if level.cache_hit_rate is not None
+        else level.total_cached_tokens / level.total_input_tokens
+        if level.total_input_tokens
+        else 0.0
+    )
+    if abs(got - want) <= policy.hit_rate_slack:
+        return []
+    design = (
+        f"{workload.prefix_groups} groups × {workload.prefix_len}-token prefix of "
+        f"{workload.input_len}-token prompts, primed after the flush"
+    )
+    if got < want:
+        why = (
+            "the prefix cache is off, evicting, or not reported (SGLang: --disable-radix-cache "
+            "turns it off; OpenAI routes report usage.prompt_tokens_details.cached_tokens only "
+            "with --enable-cache-report)"
+        )
+    else:
+        why = "the cache served more than the shared prefixes: another client or a reused seed"
+    return [
+        f"cache hit rate {100 * got:.1f} % is far from the expected {100 * want:.1f} % "
+        f"({design}; allowed ± {100 * policy.hit_rate_slack:g} points): {why}"
+    ]
 
 
 def check_level(
@@ -147,7 +184,10 @@ def check_level(
                 "the server's tokenizer re-encoded the prompt to a different length"
             )
 
-    if level.total_cached_tokens and level.completed > 0:
+    shared = workload is not None and workload.kind == "shared-prefix"
+    if shared and workload is not None and level.completed > 0:
+        reasons.extend(_hit_rate(level, workload, policy))
+    elif level.total_cached_tokens and level.completed > 0:
         # a chat template (and the prompt's number) is a prefix every chat prompt shares
         per_request = policy.max_cached_tokens_per_request + level.prompt_overhead_tokens
         allowed = level.completed * per_request

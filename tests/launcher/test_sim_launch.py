@@ -88,3 +88,10 @@ def test_hang_on_start_fault_times_out(tmp_path: Path) -> None:
         )
     print(f"simulator hang-on-start: ServerStartError after {time.monotonic() - t0:.2f} s")
     assert "HTTP 503" in str(info.value)
+
+
+def test_startup_time_is_launch_to_healthy(tmp_path: Path) -> None:
+    # --sim-load-time: the port binds at once, /health_generate answers only after the load
+    simulate = None if not launcher.sglang_available() else True
+    with launch(sim_config("--sim-load-time", "1.5"), log_dir=tmp_path, simulate=simulate) as h:
+        assert h.startup_s is not None and 1.5 <= h.startup_s < 60

@@ -1,0 +1,32 @@
+"""Workload settings reach the Workload alike from a marker, the command line and [sweep]."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmperf.run.settings import SETTINGS_BY_NAME, SettingError, resolve
+from pytest_llmperf.run.suite import SweepSection
+
+
+def test_marker_cli_and_env_resolve_the_workload_settings() -> None:
+    marker = {"workload": "shared-prefix", "prefix_len": "1000", "prefix_groups": 8}
+    assert resolve("workload", marker=marker) == "shared-prefix"
+    assert resolve("prefix_len", marker=marker) == 1000
+    assert resolve("prefix_groups", cli="8", environ={}) == 8
+    assert resolve("workload", environ={"LLMPERF_WORKLOAD": "shared-prefix"}) == "shared-prefix"
+    assert resolve("hit_rate_slack", cli="5%", environ={}) == pytest.approx(0.05)
+    assert SETTINGS_BY_NAME["workload"].default == "random"
+
+
+def test_a_bad_workload_names_its_source() -> None:
+    with pytest.raises(SettingError, match="command line --llmperf-workload=radix"):
+        resolve("workload", cli="radix", environ={})
+
+
+def test_the_suite_sweep_section_takes_the_workload_keys() -> None:
+    sweep = SweepSection(workload="shared-prefix", prefix_len=1000, prefix_groups=8)
+    assert sweep.as_settings() == {
+        "workload": "shared-prefix",
+        "prefix_len": 1000,
+        "prefix_groups": 8,
+    }
