@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pydantic import ValidationError
 
 from pytest_llmperf.plugin.params import (
     AB_FIXTURE,
@@ -173,19 +174,24 @@ class LLMPerfSession:
             run = self.perf_run(suite)
             if run.url_for(config):  # attached: ask the server which API it speaks
                 backend = run.suggested_backend(config) or backend
-        return Workload(
-            backend=backend,
-            input_len=get("input_len"),
-            output_len=get("output_len"),
-            seed=get("seed"),
-            requests_per_level=get("requests"),
-            request_timeout_s=get("request_timeout"),
-            request_rate=get("request_rate"),
-            openai_extensions=get("openai_extensions"),
-            kind=get("workload"),  # workloads
-            prefix_len=get("prefix_len"),  # workloads
-            prefix_groups=get("prefix_groups"),  # workloads
-        )
+        fields = {
+            "backend": backend,
+            "input_len": get("input_len"),
+            "output_len": get("output_len"),
+            "seed": get("seed"),
+            "requests_per_level": get("requests"),
+            "request_timeout_s": get("request_timeout"),
+            "request_rate": get("request_rate"),
+            "openai_extensions": get("openai_extensions"),
+            "kind": get("workload"),
+            "prefix_len": get("prefix_len"),
+            "prefix_groups": get("prefix_groups"),
+        }
+        try:
+            return Workload(**fields)
+        except ValidationError as exc:  # a combination no single setting could reject
+            problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+            raise usage_error(f"{where}: the workload settings do not fit: {problems}") from None
 
     # -- parametrization --------------------------------------------------------------------
     def generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -448,8 +454,10 @@ class LLMPerfSession:
                 "llmperf: NOTE: SGLang is not in use; the numbers come from the SIMULATED server "
                 "(pass --llmperf-require-real on GPU runners)"
             )
-        levels = self.effective(suite, {}, "levels", "header")
-        wl = self.workload(suite, {}, "header")
+        levels = self.effective(
+            suite, {}, "levels", "the command line, environment, ini or [sweep]"
+        )
+        wl = self.workload(suite, {}, "the command line, environment, ini or [sweep]")
         lines.append(
             f"llmperf: levels {','.join(map(str, levels))}; workload {wl.key()} seed={wl.seed}; "
             f"client httpx over aiohttp; baselines {self.store.directory}"

@@ -71,7 +71,7 @@ class ABRun:
                 for config in order:
                     self.run.stop(config)  # a fresh launch per round: independent launch noise
                     for c in self.levels:
-                        level = self.run.measure(config, self.workload, c)
+                        level = self.run.measure(config, self.workload, c, keep=False)
                         where = f"compare {spec.label}: {config} at C={c}, round {r + 1}"
                         value = metric_of(level, spec.metric, where)
                         self.values.setdefault(config, {}).setdefault(c, []).append(value)

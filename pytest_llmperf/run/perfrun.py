@@ -111,6 +111,7 @@ class _ConfigState:
     # reset their prefix cache; a random block on those that cannot (llama.cpp, vLLM without
     # dev mode), so an earlier run's cached prompts cannot flatter this one.
     prompt_base: int = 0
+    prompts_sent: int = 0  # measured requests sent to this config (ordinals used)
     launch_id: str | None = None  # which launch measured a sample (honest n, issue 9)
     first_request_ms: float | None = None  # the warm-up of the server's first measurement
 
@@ -393,10 +394,17 @@ class PerfRun:
         return list(self._samples.get((config, workload, concurrency), []))
 
     def measure(
-        self, config: str, workload: Workload, concurrency: int, *, fresh_launch: bool = False
+        self,
+        config: str,
+        workload: Workload,
+        concurrency: int,
+        *,
+        fresh_launch: bool = False,
+        keep: bool = True,
     ) -> LevelResult:
         """Measure the level once more and keep the sample; ``fresh_launch`` first restarts
-        the server when ``relaunch`` allows, so the sample is a new launch's."""
+        the server when ``relaunch`` allows, so the sample is a new launch's. ``keep=False``
+        (A/B rounds) leaves the sample out of the point's samples and the results file."""
         with self._lock:
             if fresh_launch:
                 self.relaunch_config(config)
@@ -416,14 +424,9 @@ class PerfRun:
                     " suite's [sweep] or the marker)"
                 )
             t0 = time.monotonic()
-            # llmperf-client: each measurement of a server takes fresh prompt ordinals (no
-            # request can hit a prefix cache); the count of requests measured on it so far.
-            sent = state.prompt_base + sum(
-                lv.num_requests
-                for (c, _, _), ss in self._samples.items()
-                if c == config
-                for lv in ss
-            )
+            # Each measurement of a server takes fresh prompt ordinals (no request can hit a
+            # prefix cache): those after every request sent to this config so far.
+            sent = state.prompt_base + state.prompts_sent
             try:
                 level = run_level(
                     handle.url,
@@ -459,6 +462,7 @@ class PerfRun:
                     )
                 ) from None
             state.warmed = True
+            state.prompts_sent += level.num_requests
             level.launch = state.launch_id
             self._stamp_startup(state, handle, level)
             code = handle.poll()
@@ -466,7 +470,8 @@ class PerfRun:
                 # Requests failed because the server died: say so instead of blaming the numbers.
                 state.error = self._died_message(config, handle, code)
                 level.notes.append(f"server exited with code {code} during this level")
-            self._samples.setdefault((config, workload, concurrency), []).append(level)
+            if keep:
+                self._samples.setdefault((config, workload, concurrency), []).append(level)
             if code is not None:
                 # The level stays in the results (its failed requests), the point errors.
                 raise PointError(state.error)

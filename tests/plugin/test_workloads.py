@@ -30,3 +30,17 @@ def test_the_suite_sweep_section_takes_the_workload_keys() -> None:
         "prefix_len": 1000,
         "prefix_groups": 8,
     }
+
+
+def test_a_workload_combination_no_setting_rejects_is_a_usage_error(pytester) -> None:
+    """shared-prefix without a prefix length: one sentence naming the test, no traceback."""
+    from .conftest import SUITE, SWEEP_TEST, run
+
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    result = run(pytester, "--llmperf-workload", "shared-prefix")
+    assert result.ret == 4  # pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*the command line, environment, ini or [[]sweep[]]: the workload settings do not fit:*"]
+    )
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
