@@ -45,7 +45,7 @@ LEVEL_HEADERS = (
 _MASK = "***"
 # A secret is named by its key's last word (``api_key``, ``hf_token``, ``--admin-api-key``), never
 # by a word inside it: ``max_total_num_tokens`` and ``--speculative-num-draft-tokens`` are counts.
-# A value of digits alone is a count too ("#token: 12" in a server log), never a key.
+# A value of digits alone is a count ("#token: 12" in a server log) and None/null is no key.
 _SECRET_WORD = r"(?:api[-_]?key|token|secret|password)"
 _SECRET_PATTERNS = [
     (re.compile(r"(?i)\b(bearer)\s+[^\s'\",]+"), rf"\1 {_MASK}"),
@@ -53,7 +53,7 @@ _SECRET_PATTERNS = [
     (
         re.compile(
             rf"(?i)((?<![\w-])[\"']?(?:[a-z0-9]+[-_])*{_SECRET_WORD}[\"']?\s*[:=]\s*)"
-            r"(?![\"']?\d+[\"']?(?:[\s,}]|$))[\"']?[^\s'\",}]+[\"']?"
+            r"(?![\"']?(?:\d+|None|null)[\"']?(?:[\s,)}]|$))[\"']?[^\s'\",})]+[\"']?"
         ),
         rf"\1{_MASK}",
     ),

@@ -85,9 +85,15 @@ def test_junit_properties() -> None:
         ('{"api_key": "s3cret", "tp": 4}', '{"api_key": ***, "tp": 4}'),
         ("key sk-abcdefghijklmnop used", "key *** used"),
         ("nothing secret here", "nothing secret here"),
+        # counts and empty values are not secrets (seen in SGLang and simulator logs)
+        ("#token: 12, #cached-token: 0", "#token: 12, #cached-token: 0"),
+        ("ServerArgs(api_key=None, max_total_num_tokens=4096)", None),
+        ("hf_token=hf_abcdefgh, --speculative-num-draft-tokens 4", None),
     ],
 )
-def test_redact(raw: str, clean: str) -> None:
+def test_redact(raw: str, clean: str | None) -> None:
+    if clean is None:  # only the secret goes
+        clean = raw.replace("hf_abcdefgh", "***")
     assert redact(raw) == clean
 
 
@@ -106,3 +112,7 @@ def test_redact_args() -> None:
         "nested": {"token": "***"},
     }
     assert redact_args({"api_key": None}) == {"api_key": None}
+    assert redact_args({"max_total_num_tokens": 4096, "speculative_num_draft_tokens": 4}) == {
+        "max_total_num_tokens": 4096,
+        "speculative_num_draft_tokens": 4,
+    }
