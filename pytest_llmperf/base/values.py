@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import SecretStr
+from pydantic import AfterValidator, BeforeValidator, SecretStr
 
 from pytest_llmperf.base.metric_defs import METRICS
 
@@ -174,3 +174,17 @@ def reveal(secret: SecretStr | str | None) -> str | None:
 def parse_slack(text: Any) -> float:
     """A slack: 0 (exact) or a fraction in (0, 1) like a tolerance (``"1%"``)."""
     return 0.0 if str(text).strip() in ("0", "0%", "0.0") else parse_fraction(text)
+
+
+def check_metric(name: str) -> str:
+    """A metric name from ``metric_defs``; the error lists the known ones."""
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
+    return name
+
+
+# Field types for the file formats (pydantic), so each file checks a value the same way.
+MetricName = Annotated[str, AfterValidator(check_metric)]
+LevelsField = Annotated[
+    tuple[int, ...] | None, BeforeValidator(lambda v: None if v is None else parse_levels(v))
+]

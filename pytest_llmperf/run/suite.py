@@ -23,8 +23,7 @@ from pydantic import (
 
 from pytest_llmperf.base.datafile import DataFileError, load_data_file
 from pytest_llmperf.base.errors import InputError
-from pytest_llmperf.base.metric_defs import METRICS
-from pytest_llmperf.base.values import parse_levels, parse_tolerances
+from pytest_llmperf.base.values import LevelsField, MetricName, parse_tolerances
 from pytest_llmperf.core.slo import Slo, SloError, load_slo
 from pytest_llmperf.launch.server_config import ConfigError, ServerConfig, server_configs_from_data
 from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
@@ -42,7 +41,7 @@ class SweepSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    levels: tuple[int, ...] | None = None
+    levels: LevelsField = None
     input_len: int | None = Field(default=None, gt=0)
     output_len: int | None = Field(default=None, gt=0)
     requests: int | None = Field(default=None, gt=0)
@@ -54,21 +53,8 @@ class SweepSection(BaseModel):
     workload: Literal["random", "shared-prefix"] | None = None  # workloads
     prefix_len: int | None = Field(default=None, gt=0)  # workloads
     prefix_groups: int | None = Field(default=None, gt=0)  # workloads
-    metrics: tuple[str, ...] | None = None
+    metrics: tuple[MetricName, ...] | None = None
     tolerance: dict[str, Any] | None = None
-
-    @field_validator("levels", mode="before")
-    @classmethod
-    def _levels(cls, v: Any) -> Any:
-        return None if v is None else parse_levels(v)
-
-    @field_validator("metrics")
-    @classmethod
-    def _metrics(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        for name in v or ():
-            if name not in METRICS:
-                raise ValueError(f"unknown metric {name!r}")
-        return v
 
     @field_validator("tolerance")
     @classmethod
@@ -87,15 +73,8 @@ class CrossoverSpec(BaseModel):
 
     config: str
     reference: str
-    metric: str = "output_throughput"
+    metric: MetricName = "output_throughput"
     name: str | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}")
-        return v
 
     @property
     def label(self) -> str:
@@ -115,27 +94,15 @@ class CompareSpec(BaseModel):
     candidate: str
     reference: str
     rounds: int = Field(default=4, ge=2, le=100)
-    metric: str = "output_throughput"
+    metric: MetricName = "output_throughput"
     tolerance: float = Field(default=0.05, ge=0, lt=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     order: Literal["alternate", "fixed"] = "alternate"
     # "launch": cancel each launch's common speed factor (see verdicts/paired.py); hides
     # regressions that hit every level alike, so it is opt-in.
     adjust: Literal["none", "launch"] = "none"
-    levels: tuple[int, ...] | None = None
+    levels: LevelsField = None
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-    @field_validator("levels", mode="before")
-    @classmethod
-    def _levels(cls, v: Any) -> Any:
-        return None if v is None else parse_levels(v)
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}")
-        return v
 
     @model_validator(mode="after")
     def _two_servers(self) -> CompareSpec:

@@ -17,9 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_llmperf.base.errors import InputError
-from pytest_llmperf.base.metric_defs import METRICS
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
+from pytest_llmperf.base.values import MetricName
 from pytest_llmperf.verdicts.compare import Verdict, explain, fmt_num, worst
 from pytest_llmperf.verdicts.stats import NoiseRule, Side
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
@@ -105,18 +105,11 @@ class Gate(BaseModel):
 
     config: str
     reference: str
-    metric: str = "output_throughput"
+    metric: MetricName = "output_throughput"
     op: Op = ">="
     factor: float = Field(default=1.0, gt=0.0)
     where: str = "all"
     name: str | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _known_metric(cls, v: str) -> str:
-        if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}; known metrics: {', '.join(sorted(METRICS))}")
-        return v
 
     @field_validator("where")
     @classmethod

@@ -151,7 +151,7 @@ def test_bad_ini_tolerance_names_the_ini_file(one: pytest.Pytester) -> None:
         (
             "levls=[1]",
             "test_marker.py::test_marked: @pytest.mark.llmperf: unknown llmperf marker "
-            "argument(s) levls; allowed: backend, configs, gates, *levels*",
+            "argument(s) levls; allowed: backend, *configs, gates, *levels*",
         ),
     ],
     ids=["tolerance-negative", "tolerance-over-100%", "levels-0", "unknown-argument"],
@@ -195,7 +195,7 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
         ),
         (
             ONE_SERVER + '\n[report]\nformat = "md"\n',
-            ["{path}: unknown top-level key(s) report; expected crossover, gate, server, *"],
+            ["{path}: unknown top-level key(s) report; expected compare, crossover, gate, server, *"],
         ),
         (
             ONE_SERVER.replace("args = []", "args = []\nportt = 30000"),
