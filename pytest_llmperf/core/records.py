@@ -51,20 +51,7 @@ class RequestRecord:
 
     def add_tokens(self, t: float, n_new: int) -> None:
         """Record ``n_new`` tokens carried by one event that arrived at ``t``."""
-        times = self.token_times
-        if not times:
-            self.ttft = t - self.t_send
-            self.first_event_tokens = n_new
-            times.extend([t] * n_new)
-        elif n_new == 1:
-            times.append(t)
-        else:
-            prev = times[-1]
-            step = (t - prev) / n_new
-            times.extend([prev + step * k for k in range(1, n_new)])
-            times.append(t)  # exact, not prev + n*step, so the last stamp is the arrival itself
-        self.output_tokens += n_new
-        self.events += 1
+        self.add_read(t, n_new, n_new, 1)
 
     def add_read(self, t: float, n_first: int, n_total: int, n_events: int) -> None:
         """Record ``n_events`` events that arrived together in one read at ``t``.
