@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -165,6 +165,20 @@ class Suite:
         }
 
 
+def _tables(model: type[M], items: list[Any], where: str, problems: list[str]) -> list[M]:
+    """Each ``[[table]]`` of one kind validated; every bad one adds its problems, named."""
+    out: list[M] = []
+    for i, item in enumerate(items):
+        try:
+            out.append(model.model_validate(item))
+        except ValidationError as exc:
+            problems.extend(_errors(exc, f"{where}[{i}]"))
+    return out
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
 def _errors(exc: ValidationError, where: str) -> list[str]:
     out = []
     for err in exc.errors(include_url=False, include_input=False):
@@ -200,18 +214,8 @@ def suite_from_data(
         gates = load_gates(list(data.get("gate", [])), source=f"{source}: gate")
     except GateError as exc:
         problems.append(str(exc))
-    crossovers: list[CrossoverSpec] = []
-    for i, item in enumerate(data.get("crossover", [])):
-        try:
-            crossovers.append(CrossoverSpec.model_validate(item))
-        except ValidationError as exc:
-            problems.extend(_errors(exc, f"{source}: crossover[{i}]"))
-    compares: list[CompareSpec] = []
-    for i, item in enumerate(data.get("compare", [])):
-        try:
-            compares.append(CompareSpec.model_validate(item))
-        except ValidationError as exc:
-            problems.extend(_errors(exc, f"{source}: compare[{i}]"))
+    crossovers = _tables(CrossoverSpec, data.get("crossover", []), f"{source}: crossover", problems)
+    compares = _tables(CompareSpec, data.get("compare", []), f"{source}: compare", problems)
     slo: Slo | None = None
     if data.get("slo") is not None:
         try:
