@@ -99,30 +99,43 @@ class GenerationRoutes:
     def openai_response(self, st: Stream, kind: int) -> dict[str, Any]:
         gen = st.gens[0]
         fr = gen.finish_reason or {}
-        text = token_text(0, gen.n)
-        choice: dict[str, Any]
+        return self.openai_body(
+            st,
+            kind,
+            choice_tail={"finish_reason": fr.get("type"), "matched_stop": fr.get("matched")},
+            usage=Usage(gen.prompt_len, gen.n, gen.reported_cached()).as_dict(),
+            body_tail={"metadata": {"weight_version": "default"}},
+            tool_calls=None,
+        )
+
+    @staticmethod
+    def openai_body(
+        st: Stream,
+        kind: int,
+        *,
+        choice_tail: dict[str, Any],
+        usage: dict[str, Any],
+        body_tail: dict[str, Any],
+        tool_calls: list[Any] | None,
+    ) -> dict[str, Any]:
+        """A non-streamed OpenAI answer with the stream's first sequence as its one choice.
+
+        SGLang and vLLM share this shape and differ only in what ends a choice
+        (``choice_tail``), what ends the body (``body_tail``) and how a chat message without
+        tool calls reports them (``tool_calls``); key order is kept as each engine sends it.
+        """
+        text = token_text(0, st.gens[0].n)
         if kind == COMPLETIONS:
-            choice = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": fr.get("type"),
-                "matched_stop": fr.get("matched"),
-            }
+            choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, **choice_tail}
             obj = "text_completion"
         else:
-            choice = {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": text,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                },
-                "logprobs": None,
-                "finish_reason": fr.get("type"),
-                "matched_stop": fr.get("matched"),
+            message = {
+                "role": "assistant",
+                "content": text,
+                "reasoning_content": None,
+                "tool_calls": tool_calls,
             }
+            choice = {"index": 0, "message": message, "logprobs": None, **choice_tail}
             obj = "chat.completion"
         return {
             "id": st.oai_id,
@@ -130,8 +143,8 @@ class GenerationRoutes:
             "created": st.created,
             "model": st.model,
             "choices": [choice],
-            "usage": Usage(gen.prompt_len, gen.n, gen.reported_cached()).as_dict(),
-            "metadata": {"weight_version": "default"},
+            "usage": usage,
+            **body_tail,
         }
 
     def _error(self, message: str, err_type: str, code: int) -> web.Response:

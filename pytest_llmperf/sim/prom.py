@@ -1,23 +1,216 @@
-"""Prometheus metrics with SGLang's ``sglang:*`` names, in a private registry per server."""
+"""Prometheus metrics with SGLang's ``sglang:*`` or vLLM's ``vllm:*`` names, in a private
+registry per server.
+
+Both engines export the same token counters and latency histograms under their own prefix
+(with their own buckets); ``_EngineMetrics`` defines those once and each engine adds its own
+gauges and counters around them, in the order its ``/metrics`` page lists them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
+
     from pytest_llmperf.sim.server import SimServer
     from pytest_llmperf.sim.wire import Gen
 
+# Histogram buckets as each engine declares them (seconds).
+_SGLANG_TTFT_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+    20,
+    40,
+    80,
+    160,
+)
+_SGLANG_ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.01,
+    0.015,
+    0.02,
+    0.025,
+    0.03,
+    0.035,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.2,
+    0.4,
+    0.6,
+    0.8,
+    1.0,
+    2.0,
+)
+_SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+_VLLM_TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+_VLLM_ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+_VLLM_E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
-class SglangMetrics:
-    """Prometheus metrics with SGLang's names, in a private registry (one per server)."""
 
-    def __init__(self, server: SimServer) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+class _EngineMetrics:
+    """One private registry and the series both engines share, bound to this server's labels."""
+
+    prompt_tokens: Counter
+    gen_tokens: Counter
+    aborted: Counter
+    ttft: Histogram
+    itl: Histogram
+    e2e: Histogram
+
+    def __init__(self, server: SimServer, labels: list[str], values: Sequence[str]) -> None:
+        from prometheus_client import CollectorRegistry
 
         self.server = server
         self.registry = CollectorRegistry(auto_describe=True)
+        self._labels = labels
+        self._vals = tuple(values)
+
+    def _counter(self, name: str, doc: str) -> Counter:
+        from prometheus_client import Counter
+
+        return Counter(name, doc, self._labels, registry=self.registry).labels(*self._vals)
+
+    def _gauge(self, name: str, doc: str) -> Gauge:
+        from prometheus_client import Gauge
+
+        return Gauge(name, doc, self._labels, registry=self.registry).labels(*self._vals)
+
+    def _histogram(self, name: str, doc: str, buckets: Sequence[float]) -> Histogram:
+        from prometheus_client import Histogram
+
+        h = Histogram(name, doc, self._labels, registry=self.registry, buckets=buckets)
+        return h.labels(*self._vals)
+
+    def _token_counters(self, prefix: str) -> None:
+        """``<prefix>:prompt_tokens`` and ``<prefix>:generation_tokens`` (same help in both)."""
+        self.prompt_tokens = self._counter(
+            f"{prefix}:prompt_tokens", "Number of prefill tokens processed."
+        )
+        self.gen_tokens = self._counter(
+            f"{prefix}:generation_tokens", "Number of generation tokens processed."
+        )
+
+    def _latency_histograms(
+        self,
+        prefix: str,
+        buckets: tuple[Sequence[float], Sequence[float], Sequence[float]],
+        e2e_doc: str,
+    ) -> None:
+        """TTFT, ITL and end-to-end latency; ``buckets`` in that order, ``e2e_doc`` as worded."""
+        ttft, itl, e2e = buckets
+        self.ttft = self._histogram(
+            f"{prefix}:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            ttft,
+        )
+        self.itl = self._histogram(
+            f"{prefix}:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            itl,
+        )
+        self.e2e = self._histogram(f"{prefix}:e2e_request_latency_seconds", e2e_doc, e2e)
+
+    def on_finish(self, gen: Gen) -> None:
+        self.prompt_tokens.inc(gen.prompt_len)
+        self.gen_tokens.inc(gen.n)
+        self.e2e.observe(gen.t_last - gen.t_start)
+
+    def _exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class SglangMetrics(_EngineMetrics):
+    """Prometheus metrics with SGLang's names, in a private registry (one per server)."""
+
+    def __init__(self, server: SimServer) -> None:
+        from prometheus_client import Gauge
+
         model = server.served_model_name
+        super().__init__(server, ["model_name"], [model])
         glabels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
         self._gvalues = [model, "unified", "0", "0", "0"]
 
@@ -41,86 +234,26 @@ class SglangMetrics:
         )
         self.g_retract = g("sglang:num_retracted_reqs", "The number of retracted requests.")
         self.g_graph = g("sglang:is_cuda_graph", "Whether the batch is using CUDA graph.")
-        lab = ["model_name"]
-        self.prompt_tokens = Counter(
-            "sglang:prompt_tokens",
-            "Number of prefill tokens processed.",
-            lab,
-            registry=self.registry,
-        ).labels(model)
-        self.gen_tokens = Counter(
-            "sglang:generation_tokens",
-            "Number of generation tokens processed.",
-            lab,
-            registry=self.registry,
-        ).labels(model)
-        self.cached_tokens = Counter(
-            "sglang:cached_tokens", "Number of cached prompt tokens.", lab, registry=self.registry
-        ).labels(model)
-        self.requests = Counter(
-            "sglang:num_requests", "Number of requests processed.", lab, registry=self.registry
-        ).labels(model)
-        self.aborted = Counter(
-            "sglang:num_aborted_requests",
-            "Number of requests aborted.",
-            lab,
-            registry=self.registry,
-        ).labels(model)
-        self.ttft = Histogram(
-            "sglang:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            lab,
-            registry=self.registry,
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160),
-        ).labels(model)
-        self.itl = Histogram(
-            "sglang:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            lab,
-            registry=self.registry,
-            buckets=(
-                0.002,
-                0.004,
-                0.006,
-                0.008,
-                0.01,
-                0.015,
-                0.02,
-                0.025,
-                0.03,
-                0.035,
-                0.04,
-                0.06,
-                0.08,
-                0.1,
-                0.2,
-                0.4,
-                0.6,
-                0.8,
-                1.0,
-                2.0,
-            ),
-        ).labels(model)
-        self.e2e = Histogram(
-            "sglang:e2e_request_latency_seconds",
+        self._token_counters("sglang")
+        self.cached_tokens = self._counter(
+            "sglang:cached_tokens", "Number of cached prompt tokens."
+        )
+        self.requests = self._counter("sglang:num_requests", "Number of requests processed.")
+        self.aborted = self._counter("sglang:num_aborted_requests", "Number of requests aborted.")
+        self._latency_histograms(
+            "sglang",
+            (_SGLANG_TTFT_BUCKETS, _SGLANG_ITL_BUCKETS, _SGLANG_E2E_BUCKETS),
             "Histogram of End-to-end request latency in seconds",
-            lab,
-            registry=self.registry,
-            buckets=(0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400),
-        ).labels(model)
+        )
 
     def on_cached(self, cached: int, prompt_len: int) -> None:
         self.cached_tokens.inc(cached)
 
     def on_finish(self, gen: Gen) -> None:
         self.requests.inc()
-        self.prompt_tokens.inc(gen.prompt_len)
-        self.gen_tokens.inc(gen.n)
-        self.e2e.observe(gen.t_last - gen.t_start)
+        super().on_finish(gen)
 
     def render(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
         server = self.server
         s = server.engine.stats()
         v = self._gvalues
@@ -142,150 +275,45 @@ class SglangMetrics:
             self.g_acc_rate.labels(*v).set(
                 max(0.0, acc - 1.0) / max(1, server.spec_draft_tokens - 1)
             )
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return self._exposition()
 
 
-class VllmMetrics:
+class VllmMetrics(_EngineMetrics):
     """A few of vLLM's ``vllm:*`` metrics (V1 engine names), labelled model_name/engine."""
 
     def __init__(self, server: SimServer) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import Counter
 
-        self.server = server
-        self.registry = CollectorRegistry(auto_describe=True)
-        lab = ["model_name", "engine"]
-        vals = (server.served_model_name, "0")
-        reg = self.registry
-        self.g_running = Gauge(
-            "vllm:num_requests_running",
-            "Number of requests in model execution batches.",
-            lab,
-            registry=reg,
-        ).labels(*vals)
-        self.g_waiting = Gauge(
-            "vllm:num_requests_waiting",
-            "Number of requests waiting to be processed.",
-            lab,
-            registry=reg,
-        ).labels(*vals)
-        self.g_kv = Gauge(
-            "vllm:kv_cache_usage_perc",
-            "KV-cache usage. 1 means 100 percent usage.",
-            lab,
-            registry=reg,
-        ).labels(*vals)
-        self.prompt_tokens = Counter(
-            "vllm:prompt_tokens", "Number of prefill tokens processed.", lab, registry=reg
-        ).labels(*vals)
-        self.gen_tokens = Counter(
-            "vllm:generation_tokens", "Number of generation tokens processed.", lab, registry=reg
-        ).labels(*vals)
-        self.pc_queries = Counter(
+        super().__init__(server, ["model_name", "engine"], [server.served_model_name, "0"])
+        self.g_running = self._gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches."
+        )
+        self.g_waiting = self._gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed."
+        )
+        self.g_kv = self._gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."
+        )
+        self._token_counters("vllm")
+        self.pc_queries = self._counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
-            lab,
-            registry=reg,
-        ).labels(*vals)
-        self.pc_hits = Counter(
-            "vllm:prefix_cache_hits",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            lab,
-            registry=reg,
-        ).labels(*vals)
+        )
+        self.pc_hits = self._counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
         self.success = Counter(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            [*lab, "finished_reason"],
-            registry=reg,
+            [*self._labels, "finished_reason"],
+            registry=self.registry,
         )
-        self.aborted = self.success.labels(*vals, "abort")
-        self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            lab,
-            registry=reg,
-            buckets=(
-                0.001,
-                0.005,
-                0.01,
-                0.02,
-                0.04,
-                0.06,
-                0.08,
-                0.1,
-                0.25,
-                0.5,
-                0.75,
-                1.0,
-                2.5,
-                5.0,
-                7.5,
-                10.0,
-                20.0,
-                40.0,
-                80.0,
-                160.0,
-                640.0,
-                2560.0,
-            ),
-        ).labels(*vals)
-        self.itl = Histogram(
-            "vllm:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            lab,
-            registry=reg,
-            buckets=(
-                0.01,
-                0.025,
-                0.05,
-                0.075,
-                0.1,
-                0.15,
-                0.2,
-                0.3,
-                0.4,
-                0.5,
-                0.75,
-                1.0,
-                2.5,
-                5.0,
-                7.5,
-                10.0,
-                20.0,
-                40.0,
-                80.0,
-            ),
-        ).labels(*vals)
-        self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds",
+        self.aborted = self.success.labels(*self._vals, "abort")
+        self._latency_histograms(
+            "vllm",
+            (_VLLM_TTFT_BUCKETS, _VLLM_ITL_BUCKETS, _VLLM_E2E_BUCKETS),
             "Histogram of e2e request latency in seconds.",
-            lab,
-            registry=reg,
-            buckets=(
-                0.3,
-                0.5,
-                0.8,
-                1.0,
-                1.5,
-                2.0,
-                2.5,
-                5.0,
-                10.0,
-                15.0,
-                20.0,
-                30.0,
-                40.0,
-                50.0,
-                60.0,
-                120.0,
-                240.0,
-                480.0,
-                960.0,
-                1920.0,
-                7680.0,
-            ),
-        ).labels(*vals)
-        self._vals = vals
+        )
 
     def on_cached(self, cached: int, prompt_len: int) -> None:
         self.pc_hits.inc(cached)
@@ -293,15 +321,11 @@ class VllmMetrics:
 
     def on_finish(self, gen: Gen) -> None:
         self.success.labels(*self._vals, "length").inc()
-        self.prompt_tokens.inc(gen.prompt_len)
-        self.gen_tokens.inc(gen.n)
-        self.e2e.observe(gen.t_last - gen.t_start)
+        super().on_finish(gen)
 
     def render(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
         s = self.server.engine.stats()
         self.g_running.set(s.num_running)
         self.g_waiting.set(s.num_queued)
         self.g_kv.set(s.used_kv_tokens / s.max_total_num_tokens if s.max_total_num_tokens else 0.0)
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return self._exposition()

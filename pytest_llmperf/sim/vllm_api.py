@@ -18,7 +18,7 @@ from aiohttp import web
 from pytest_llmperf.sim.bodies import json_response
 from pytest_llmperf.sim.http_api import SglangApi
 from pytest_llmperf.sim.vllm_wire import reported_cached, vllm_usage
-from pytest_llmperf.sim.wire import COMPLETIONS, Stream, token_text
+from pytest_llmperf.sim.wire import COMPLETIONS, Stream
 
 # A plausible vLLM release for GET /version.
 VLLM_VERSION = "0.11.0"
@@ -61,44 +61,23 @@ class VllmApi(SglangApi):
 
     def openai_response(self, st: Stream, kind: int) -> dict[str, Any]:
         gen = st.gens[0]
-        reason = (gen.finish_reason or {}).get("type")
-        text = token_text(0, gen.n)
         usage = vllm_usage(gen.prompt_len, gen.n)
         cached = reported_cached(gen)
         usage["prompt_tokens_details"] = {"cached_tokens": cached} if cached else None
-        if kind == COMPLETIONS:
-            choice: dict[str, Any] = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-                "prompt_logprobs": None,
-            }
-            obj = "text_completion"
-        else:
-            choice = {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": text,
-                    "reasoning_content": None,
-                    "tool_calls": [],
-                },
-                "logprobs": None,
-                "finish_reason": reason,
-                "stop_reason": None,
-            }
-            obj = "chat.completion"
-        return {
-            "id": st.oai_id,
-            "object": obj,
-            "created": st.created,
-            "model": st.model,
-            "choices": [choice],
-            "usage": usage,
-            "prompt_logprobs": None,
+        choice_tail: dict[str, Any] = {
+            "finish_reason": (gen.finish_reason or {}).get("type"),
+            "stop_reason": None,
         }
+        if kind == COMPLETIONS:
+            choice_tail["prompt_logprobs"] = None  # only completions choices carry it
+        return self.openai_body(
+            st,
+            kind,
+            choice_tail=choice_tail,
+            usage=usage,
+            body_tail={"prompt_logprobs": None},
+            tool_calls=[],
+        )
 
     # ------------------------------------------------------------ endpoints
     async def health(self, request: web.Request) -> web.Response:

@@ -205,27 +205,22 @@ class Stream:
         """Prebuild the constant head/tail bytes of this stream's OpenAI chunks."""
         prefix = "chatcmpl-" if self.kind == CHAT else "cmpl-"
         self.oai_id = prefix + uuid.uuid4().hex
-        model = orjson.dumps(self.model)
         if self.kind == COMPLETIONS:
-            self.oai_head = (
-                b'data: {"id":"'
-                + self.oai_id.encode()
-                + b'","object":"text_completion","created":'
-                + str(self.created).encode()
-                + b',"model":'
-                + model
-                + b',"choices":[{"index":0,"text":"'
-            )
+            obj, text_open = b"text_completion", b'"text":"'
         else:
-            self.oai_head = (
-                b'data: {"id":"'
-                + self.oai_id.encode()
-                + b'","object":"chat.completion.chunk","created":'
-                + str(self.created).encode()
-                + b',"model":'
-                + model
-                + b',"choices":[{"index":0,"delta":{"role":null,"content":"'
-            )
+            obj, text_open = b"chat.completion.chunk", b'"delta":{"role":null,"content":"'
+        self.oai_head = (
+            b'data: {"id":"'
+            + self.oai_id.encode()
+            + b'","object":"'
+            + obj
+            + b'","created":'
+            + str(self.created).encode()
+            + b',"model":'
+            + orjson.dumps(self.model)
+            + b',"choices":[{"index":0,'
+            + text_open
+        )
 
     def oai_chunk(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> bytes:
         obj = "chat.completion.chunk" if self.kind == CHAT else "text_completion"
