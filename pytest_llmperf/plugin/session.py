@@ -8,7 +8,6 @@ lives in ``config.stash``; an xdist worker has its own and ships its results to 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import ValidationError
 
+from pytest_llmperf.plugin.options import progress_printer, resolve_settings
 from pytest_llmperf.plugin.params import (
     AB_FIXTURE,
     CROSSOVER_FIXTURE,
@@ -35,7 +35,6 @@ from pytest_llmperf.plugin.params import (
 )
 from pytest_llmperf.run.settings import (
     MARKER_KEYS,
-    SETTINGS,
     SETTINGS_BY_NAME,
     SettingError,
     check_marker_keys,
@@ -57,21 +56,6 @@ if TYPE_CHECKING:
 
 def usage_error(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"pytest-llmperf: {message}")
-
-
-def resolve_settings(config: pytest.Config) -> dict[str, Any]:
-    """Every setting from CLI > env > ini > default; ``_explicit`` names those given."""
-    ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
-    out: dict[str, Any] = {}
-    explicit: set[str] = set()
-    for s in SETTINGS:
-        cli = config.getoption(s.dest, default=None) if s.cli else None
-        ini = config.getini(s.ini_key) if s.ini else None
-        out[s.name] = resolve(s.name, cli=cli, ini=ini, ini_source=ini_source)
-        if cli not in (None, False) or os.environ.get(s.env_var) or ini not in (None, "", []):
-            explicit.add(s.name)
-    out["_explicit"] = frozenset(explicit)
-    return out
 
 
 @dataclass
@@ -374,7 +358,7 @@ class LLMPerfSession:
                     hardware_override=s["hardware"],
                     details=bool(s["details"]),
                     scrape_metrics=bool(s["scrape_metrics"]),
-                    progress=_progress_printer(),
+                    progress=progress_printer(),
                     env=self.environment(),
                     slo=suite.slo,
                     relaunch=s["relaunch"],  # noise
@@ -583,25 +567,6 @@ class LLMPerfSession:
         if self.settings["plots"]:
             lines.append(f"plots: {self.output_dir / 'plots'}")
         return lines
-
-
-def _progress_printer() -> Any:
-    """A progress line on a terminal (never in CI logs or under xdist workers)."""
-    stream = sys.__stderr__
-    if stream is None or not stream.isatty() or os.environ.get("PYTEST_XDIST_WORKER"):
-        return None
-
-    def show(config: str, p: Any) -> None:
-        if p.phase == "level-done":
-            stream.write("\r\033[K")
-        else:
-            stream.write(
-                f"\r\033[Kllmperf {config} C={p.concurrency}: {p.done}/{p.total} requests, "
-                f"{p.tok_per_s:.0f} tok/s"
-            )
-        stream.flush()
-
-    return show
 
 
 SESSION = pytest.StashKey[LLMPerfSession]()

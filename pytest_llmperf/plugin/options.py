@@ -1,0 +1,45 @@
+"""Reading the plugin's settings from pytest's config, and the progress line on a terminal."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+
+from pytest_llmperf.run.settings import SETTINGS, resolve
+
+
+def resolve_settings(config: pytest.Config) -> dict[str, Any]:
+    """Every setting from CLI > env > ini > default; ``_explicit`` names those given."""
+    ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
+    out: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for s in SETTINGS:
+        cli = config.getoption(s.dest, default=None) if s.cli else None
+        ini = config.getini(s.ini_key) if s.ini else None
+        out[s.name] = resolve(s.name, cli=cli, ini=ini, ini_source=ini_source)
+        if cli not in (None, False) or os.environ.get(s.env_var) or ini not in (None, "", []):
+            explicit.add(s.name)
+    out["_explicit"] = frozenset(explicit)
+    return out
+
+
+def progress_printer() -> Any:
+    """A progress line on a terminal (never in CI logs or under xdist workers)."""
+    stream = sys.__stderr__
+    if stream is None or not stream.isatty() or os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+
+    def show(config: str, p: Any) -> None:
+        if p.phase == "level-done":
+            stream.write("\r\033[K")
+        else:
+            stream.write(
+                f"\r\033[Kllmperf {config} C={p.concurrency}: {p.done}/{p.total} requests, "
+                f"{p.tok_per_s:.0f} tok/s"
+            )
+        stream.flush()
+
+    return show
