@@ -11,7 +11,18 @@ import psutil
 import pytest
 
 # Small and quick: the simulator's default profile, short prompts and outputs.
-FAST = ["--llmperf-input-len", "64", "--llmperf-output-len", "16", "-p", "no:randomly"]
+# One launch per recorded baseline point: these tests are about the workflow, not the noise
+# (tests/verdicts/test_noise.py and benchmarks/bench_noise.py are about that).
+FAST = [
+    "--llmperf-input-len",
+    "64",
+    "--llmperf-output-len",
+    "16",
+    "--llmperf-baseline-repeat",
+    "1",
+    "-p",
+    "no:randomly",
+]
 
 SUITE = """
 [[server]]
