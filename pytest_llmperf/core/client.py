@@ -75,6 +75,14 @@ class _ArrivalStamper(ResponseHandler):
             self.t_arrival = time.perf_counter()
         super().data_received(data)
 
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's StreamReader calls this for every HTTP chunk it hands over while less than
+        # its low-water mark is queued, paused or not; each call re-enters the parser and the
+        # transport. SGLang sends one chunk per event, so that was a third of the client's CPU
+        # per event. Nothing paused: nothing to resume.
+        if self._reading_paused or getattr(self, "_buffer_paused", False):
+            super().resume_reading(resume_parser)
+
 
 def make_session(
     read_bufsize: int = STREAM_READ_BUFSIZE,
