@@ -188,6 +188,10 @@ class _StreamProtocol(asyncio.Protocol):
                 _StreamProtocol.open_peak = _StreamProtocol.open_now
                 self.t.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 continue
+            if head.startswith(b"get ") or head.startswith(b"post /flush_cache"):
+                # bench_serving's readiness and server-info probes: answered, never streamed
+                self.t.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}")
+                continue
             _StreamProtocol.served += 1
             self.pending = memoryview(self.response)
             self._pump()
