@@ -27,7 +27,7 @@ from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepRes
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
-from pytest_llmperf.core.monitor import LoopMonitor
+from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
     PROBE_TIMEOUT_S,
@@ -266,6 +266,7 @@ async def _measure_level(
     result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
     if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
+    health = with_token_cost(health, monitor.cpu_s, result.total_output_tokens)
     info = await get_server_info(gen.http)
     if info is not None:
         cap = effective_running_cap(info) or cap
