@@ -306,6 +306,11 @@ class LoadGenerator:
             self._fresh_session = None
 
     @property
+    def api_key(self) -> str | None:
+        """The key the generator sends (for client processes it starts; never logged)."""
+        return self._api_key
+
+    @property
     def http(self) -> httpx.AsyncClient:
         """The httpx client for probes (``/server_info``, ``/flush_cache``, ``/metrics``)."""
         if self._http is None:

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
-from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.results import (
+    ClientHealth,
+    LevelResult,
+    Mode,
+    ServerFacts,
+    SweepResult,
+    Workload,
+)
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
@@ -38,6 +45,7 @@ from pytest_llmperf.core.server_probe import (
     get_server_info,
     server_facts,
 )
+from pytest_llmperf.core.shard import ShardSpec, merge_health, run_sharded, shard_specs
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
@@ -199,6 +207,40 @@ async def _open_loop(
     return records
 
 
+async def _sharded_level(
+    gen: LoadGenerator,
+    processes: int,
+    concurrency: int,
+    prompts: Sequence[Sequence[int] | str],
+    bodies: Sequence[bytes],
+    workload: Workload,
+    tracker: _Tracker,
+) -> tuple[list[RequestRecord | None], ClientHealth, float]:
+    """The closed loop over ``processes`` client processes (``shard.py``), records merged."""
+    base = ShardSpec(
+        base_url=gen.base_url,
+        backend=gen.backend,
+        api_key=gen.api_key,
+        model=gen.model,
+        temperature=gen.temperature,
+        extensions=gen.extensions,
+        request_timeout_s=gen.request_timeout_s,
+        output_len=workload.output_len,
+        concurrency=concurrency,
+        indices=[],
+        prompts=[],
+        bodies=[],
+    )
+    specs = shard_specs(processes, concurrency, prompts, bodies, base)
+    results = await run_sharded(specs, level_deadline_s(workload, concurrency))
+    records: list[RequestRecord | None] = [None] * len(bodies)
+    for res in results:
+        for rec in res.records:
+            records[rec.index] = rec
+            tracker.add(rec)
+    return records, merge_health(results), sum(r.cpu_s for r in results)
+
+
 async def _measure_level(
     gen: LoadGenerator,
     concurrency: int,
@@ -211,9 +253,13 @@ async def _measure_level(
     scrape_metrics: bool,
     slo: Slo | None = None,
     sizing: ChatSizing | None = None,
+    client_processes: int = 1,
 ) -> LevelResult:
     n = workload.num_requests(concurrency)
     notes: list[str] = []
+    if client_processes > 1 and workload.request_rate is not None:
+        notes.append("open loop: one client process (sharding is for closed loops)")
+        client_processes = 1
     if sizing is not None and not sizing.exact:
         notes.append(
             f"chat prompts are {sizing.tokens(sizing.filler)} tokens, not {workload.input_len}: "
@@ -236,9 +282,14 @@ async def _measure_level(
         sampler.start()
     monitor.start()
     tracker.t0 = time.perf_counter()
+    shard_health = None
     try:
         async with asyncio.timeout(level_deadline_s(workload, concurrency)):
-            if workload.request_rate is None:
+            if client_processes > 1:
+                records, shard_health, shard_cpu = await _sharded_level(
+                    gen, client_processes, concurrency, prompts, bodies, workload, tracker
+                )
+            elif workload.request_rate is None:
                 records = await _closed_loop(
                     gen, concurrency, prompts, bodies, workload.output_len, tracker
                 )
@@ -258,6 +309,9 @@ async def _measure_level(
         server_metrics = await sampler.stop() if sampler is not None else None
         if gc_was_enabled:
             gc.enable()
+    cpu_s = monitor.cpu_s
+    if shard_health is not None:  # the parent only waited: the shards' loops are the client
+        health, cpu_s = shard_health, shard_cpu
     tracker.report("level-done")
     final = [
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
@@ -266,7 +320,7 @@ async def _measure_level(
     result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
     if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
-    health = with_token_cost(health, monitor.cpu_s, result.total_output_tokens)
+    health = with_token_cost(health, cpu_s, result.total_output_tokens)
     info = await get_server_info(gen.http)
     if info is not None:
         cap = effective_running_cap(info) or cap
@@ -363,6 +417,7 @@ async def run_sweep_async(
     server_mode: Mode = "attached",
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> SweepResult:
     """Sweep ``levels`` against the server at ``url`` in the running event loop.
 
@@ -401,6 +456,7 @@ async def run_sweep_async(
                     scrape_metrics=scrape_metrics,
                     slo=slo,
                     sizing=sizing,
+                    client_processes=client_processes,
                 )
             )
     return result
@@ -418,6 +474,7 @@ async def run_level_async(
     warmup: bool = True,
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> LevelResult:
     """One level (flush -> run -> server_info), with its own client, in the running loop.
 
@@ -454,6 +511,7 @@ async def run_level_async(
             scrape_metrics=scrape_metrics,
             slo=slo,
             sizing=sizing,
+            client_processes=client_processes,
         )
         level.first_request_ms = first_ms
         return level
@@ -506,6 +564,7 @@ def run_sweep(
     server_mode: Mode = "attached",
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> SweepResult:
     """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
     levels = validate_levels(levels)
@@ -523,6 +582,7 @@ def run_sweep(
             server_mode=server_mode,
             slo=slo,
             prompt_start=prompt_start,
+            client_processes=client_processes,
         ),
         timeout_s=sweep_deadline_s(workload, levels),
     )
@@ -540,6 +600,7 @@ def run_level(
     warmup: bool = True,
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> LevelResult:
     """Blocking ``run_level_async`` in its own loop and thread."""
     validate_levels([concurrency])
@@ -556,6 +617,7 @@ def run_level(
             warmup=warmup,
             slo=slo,
             prompt_start=prompt_start,
+            client_processes=client_processes,
         ),
         timeout_s=sweep_deadline_s(workload, [concurrency]),
     )

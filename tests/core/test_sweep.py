@@ -142,3 +142,19 @@ def test_chat_prompts_sized_to_the_servers_count(fake_server: FakeServer) -> Non
     assert check_level(lv, w) == []  # template cache hits are expected, not invalid
     probes = fake_server.state.bodies[1:3]  # after the warm-up
     assert all(b["max_completion_tokens"] == 1 for b in probes)
+
+
+def test_a_level_sharded_over_client_processes_merges_exactly(fake_server: FakeServer) -> None:
+    fake_server.config.step_s = 0.004
+    fake_server.config.tokens_per_event = (1, 3)
+    lv = run_level(fake_server.url, 6, SMALL, warmup=False, client_processes=2)
+    assert fake_server.state.max_running == 6  # C split over the processes, all in flight
+    assert lv.num_requests == 12 == fake_server.state.requests == lv.completed
+    assert lv.total_output_tokens == 12 * 12
+    # every request once: the shards sent disjoint prompts, merged by index
+    sent = sorted(tuple(b["input_ids"]) for b in fake_server.state.bodies)
+    assert len(set(sent)) == 12
+    assert lv.client is not None and lv.client.transport.endswith("x2 processes")
+    assert lv.client.cpu_us_per_output_token is not None
+    # one time base: the merged level's duration covers the shards' requests and no more
+    assert 0 < lv.duration < 5 and lv.mean_ttft_ms is not None and lv.mean_ttft_ms < 1000
