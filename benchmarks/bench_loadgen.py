@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import math
@@ -138,8 +139,44 @@ def _response(n_events: int, shape: str = "small") -> bytes:
     return head + body + b"0\r\n\r\n"
 
 
+class _Pacer:
+    """Paced mode: the server emits ``rate`` events a second in all, one write per event,
+    round-robin over the open streams, as a real server's event loop does. A client that keeps
+    up then reads about one event at a time (no coalescing to amortise its per-read cost)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.active: collections.deque[_StreamProtocol] = collections.deque()
+        self.budget = 0.0
+        self.last = 0.0
+
+    def start(self) -> None:
+        self.last = asyncio.get_running_loop().time()
+        self.tick()
+
+    def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.budget = min(self.budget + (now - self.last) * self.rate, self.rate * 0.01)
+        self.last = now
+        skips = 0
+        while self.budget >= 1 and self.active and skips < len(self.active):
+            p = self.active.popleft()
+            if p.paused:  # its socket is full: the client is behind on this stream
+                self.active.append(p)
+                skips += 1
+                continue
+            skips = 0
+            self.budget -= 1
+            if p.write_event():
+                self.active.append(p)
+        loop.call_later(0.001, self.tick)
+
+
 class _StreamProtocol(asyncio.Protocol):
     response = b""
+    events: list[bytes] = []  # paced mode: the response cut into one write per event
+    pacer: _Pacer | None = None
     open_now = 0
     open_peak = 0
     served = 0
@@ -193,8 +230,18 @@ class _StreamProtocol(asyncio.Protocol):
                 self.t.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}")
                 continue
             _StreamProtocol.served += 1
+            if self.pacer is not None:
+                self.next_event = 0
+                self.pacer.active.append(self)
+                continue
             self.pending = memoryview(self.response)
             self._pump()
+
+    def write_event(self) -> bool:
+        """Paced mode: write this stream's next event; False when the response is complete."""
+        self.t.write(self.events[self.next_event])
+        self.next_event += 1
+        return self.next_event < len(self.events)
 
     def _pump(self) -> None:
         # Flow control: 1024 streams x ~400 KB must not pile up in user-space buffers.
@@ -211,7 +258,7 @@ class _StreamProtocol(asyncio.Protocol):
         self._pump()
 
 
-def serve(port: int, n_events: int, shape: str = "small") -> None:
+def serve(port: int, n_events: int, shape: str = "small", rate: float = 0.0) -> None:
     try:
         import uvloop
 
@@ -219,10 +266,19 @@ def serve(port: int, n_events: int, shape: str = "small") -> None:
     except ImportError:
         pass
     _StreamProtocol.response = _response(n_events, shape)
+    if rate > 0:
+        head = _response(0, shape).split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+        chunks = [b"%x\r\n%s\r\n" % (len(c), c) for c in _events(shape, n_events)]
+        chunks[0] = head + chunks[0]
+        chunks[-1] += b"0\r\n\r\n"
+        _StreamProtocol.events = chunks
+        _StreamProtocol.pacer = _Pacer(rate)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(_StreamProtocol, "127.0.0.1", port, backlog=4096)
+        if _StreamProtocol.pacer is not None:
+            _StreamProtocol.pacer.start()
         print("ready", flush=True)
         async with server:
             await server.serve_forever()
@@ -485,6 +541,7 @@ def main() -> int:
     ap.add_argument("--target-events", type=int, default=TARGET_EVENTS)
     ap.add_argument("--repeat", type=int, default=1, help="runs per level and client (median)")
     ap.add_argument("--shape", choices=SHAPES, default="small", help="what the server sends")
+    ap.add_argument("--pace", type=float, default=0.0, help="server events/s in all (0: blast)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -495,7 +552,7 @@ def main() -> int:
     EVENTS_PER_REQUEST = args.events
     if args.serve:
         _pin(0)
-        serve(args.serve, args.events, args.shape)
+        serve(args.serve, args.events, args.shape, args.pace)
         return 0
     if args.client:
         _pin(1)
@@ -508,6 +565,7 @@ def main() -> int:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     me = [sys.executable, os.path.abspath(__file__), "--events", str(args.events)]
+    me += ["--shape", args.shape]
     levels = [int(s) for s in args.streams.split(",")]
     kinds = args.clients.split(",")
     load_before = os.getloadavg()

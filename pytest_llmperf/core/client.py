@@ -271,10 +271,10 @@ class LoadGenerator:
         self._headers = dict(_JSON_HEADERS)
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        # read: the longest TTFT under queueing and every inter-token gap (no total: the
-        # request's own deadline is asyncio.timeout below)
+        # No sock_read: the request's own deadline (asyncio.timeout below, the same length)
+        # already bounds every gap, and aiohttp re-arms a sock_read timer on every read.
         self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout_s
+            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=None
         )
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None

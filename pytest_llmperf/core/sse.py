@@ -61,6 +61,11 @@ class SSEDecoder:
         self._parts = [buf[end + 2 :]] if len(buf) > end + 2 else []
         return buf, end
 
+    @property
+    def idle(self) -> bool:
+        """Nothing held back: the next read starts a new event."""
+        return not self._parts and not self._cr
+
     def _normalise(self, chunk: bytes) -> bytes:
         # A trailing lone CR may be the first half of a CRLF split across reads: keep it for later.
         if self._cr:

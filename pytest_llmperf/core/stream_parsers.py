@@ -25,6 +25,7 @@ MAX_ERROR_CHARS = 300
 _CT_KEY = b'"completion_tokens":'
 _CT_LEN = len(_CT_KEY)
 _DONE_EVENT = b"data: " + DONE
+_DONE_READ = _DONE_EVENT + b"\n\n"
 _INT = re.compile(rb"\s*(\d+)")
 _META_KEY = b'"meta_info":'
 _FINISH = re.compile(rb'"finish_reason":\s*"(\w*)')
@@ -68,6 +69,20 @@ def meta_info_of(span: Span) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def one_plain_event(decoder: SSEDecoder, chunk: bytes) -> bool:
+    """Whether ``chunk`` is exactly one whole ``data: ...`` line event with nothing before it:
+    what every read is when the client keeps up with a server that writes event by event.
+    Such a read needs no framing work beyond this one search for a newline."""
+    n = len(chunk)
+    return (
+        decoder.idle
+        and chunk.endswith(b"\n\n")
+        and chunk.startswith(b"data: ")
+        and chunk.find(b"\n", 6) == n - 2
+        and chunk[n - 3] != 0x0D  # "\r": a CR-framed event goes the general way
+    )
+
+
 def error_message(obj: object) -> str | None:
     """The error carried by an event (SGLang ``{"error": ...}`` or OpenAI ``object: error``)."""
     if not isinstance(obj, dict):
@@ -108,6 +123,18 @@ class GenerateStreamParser:
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Parse one read that arrived at ``t``; fails the record on an error event."""
+        if one_plain_event(self._decoder, chunk):
+            if chunk == _DONE_READ:
+                self.t_done = t
+                return
+            j = chunk.rfind(_CT_KEY)
+            if j >= 0:
+                ct = _int_after(chunk, j + _CT_LEN)
+                if ct > self._last_ct:
+                    self.rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                    self._last_ct = ct
+                    self._last_payload = (chunk, 6, len(chunk) - 2)
+                    return
         data, end = self._decoder.take(chunk)
         if end < 0:
             return
@@ -221,6 +248,22 @@ class OpenAIStreamParser:
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Parse one read that arrived at ``t``; fails the record on an error or abort."""
+        if self._mode != "chunks" and one_plain_event(self._decoder, chunk):
+            if chunk == _DONE_READ:
+                self.t_done = t
+                return
+            j = chunk.rfind(_CT_KEY)
+            if j >= 0:
+                ct = _int_after(chunk, j + _CT_LEN)
+                fin = _FINISH.search(chunk)
+                if ct > self._last_ct and (fin is None or fin.group(1) != b"abort"):
+                    self._mode = "usage"
+                    self.rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                    self._last_ct = ct
+                    self._usage_payload = (chunk, 6, len(chunk) - 2)
+                    if fin is not None:
+                        self._finish = True
+                    return
         data, end = self._decoder.take(chunk)
         if end < 0:
             return

@@ -240,3 +240,55 @@ def test_openai_abort_and_error_inside_a_200_stream() -> None:
     rec = RequestRecord(index=0, t_send=0.0)
     feed_all(OpenAIStreamParser(rec, chat=True), b"\n\n".join(body[:20]) + b"\n\n", 65536)
     assert rec.error is not None and rec.error.startswith("stream ended before [DONE]")
+
+
+def one_read_per_event(body: bytes) -> list[bytes]:
+    return [e + b"\n\n" for e in body.split(b"\n\n") if e]
+
+
+def test_one_read_per_event_is_exact_for_both_parsers() -> None:
+    """A client that keeps up reads one event at a time: the single-event shortcut."""
+    body = sglang_stream(120, step=2)
+    rec = RequestRecord(index=0, t_send=0.0)
+    parser = GenerateStreamParser(rec)
+    for k, read in enumerate(one_read_per_event(body)):
+        parser.feed(read, float(k + 1))
+    parser.finish()
+    assert rec.ok, rec.error
+    assert (rec.output_tokens, rec.events, rec.prompt_tokens) == (120, 60, 17)
+    assert list(rec.token_times)[:4] == [1.0, 1.0, 1.5, 2.0]  # 2-token events split the gap
+    for seed in range(10):
+        body = chat_stream(random.Random(seed), 80, usage=True)
+        reads = one_read_per_event(body)
+        rec = RequestRecord(index=0, t_send=0.0)
+        oai = OpenAIStreamParser(rec, chat=True)
+        for k, read in enumerate(reads):
+            oai.feed(read, float(k + 1))
+        oai.finish()
+        want = per_event(body, len(body))  # one read, event by event: same tokens and events
+        assert rec.ok, rec.error
+        assert (rec.output_tokens, rec.events) == (want.output_tokens, want.events)
+        assert rec.output_tokens == 80 and rec.events == len(reads) - 1  # all but [DONE]
+        assert rec.e2e == float(len(reads))
+
+
+@pytest.mark.parametrize(
+    ("reads", "error", "tokens"),
+    [
+        ([b'data: {"error":{"message":"OOM"}}\n\n'], "error in stream: OOM", 0),
+        ([b'data: {"meta_info":{"completion_tokens":1}}\r\n\n'], None, 1),  # CR: general path
+        ([b'data: {"meta_info":{"completion_tokens":2}}\n\n', b"data: [DONE]\n\n"], None, 2),
+        ([b'data: {"meta_info":{"completion_tokens":3}}\n\n', b"data: {}\n\n"], None, 3),
+    ],
+)
+def test_single_event_reads_that_are_not_plain_counts(
+    reads: list[bytes], error: str | None, tokens: int
+) -> None:
+    rec = RequestRecord(index=0, t_send=0.0)
+    parser = GenerateStreamParser(rec)
+    for k, read in enumerate(reads):
+        parser.feed(read, float(k + 1))
+    assert rec.error == error
+    assert rec.output_tokens == tokens
+    assert rec.events == (0 if error else len([r for r in reads if b"DONE" not in r]))
+    assert (parser.t_done > 0) == any(b"DONE" in r for r in reads)
