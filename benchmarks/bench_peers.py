@@ -104,12 +104,13 @@ def _spread(values: list[float], fmt: str) -> str:
 
 
 def measure_case(
-    shape: str, n: int, c: int, requests: int, repeat: int
+    shape: str, n: int, c: int, requests: int, repeat: int, pace: float = 0.0
 ) -> tuple[dict[str, list[dict[str, float]]], int]:
     """Interleaved runs of both clients against one server; per-run CPU µs per token."""
     port = bench_loadgen._free_port()
     url = f"http://127.0.0.1:{port}"
     me = [sys.executable, str(HERE / "bench_loadgen.py"), "--events", str(n), "--shape", shape]
+    me += ["--pace", str(pace)]
     server = subprocess.Popen([*me, "--serve", str(port)], stdout=subprocess.PIPE)
     size = len(bench_loadgen._response(n, shape))
     ours: list[dict[str, float]] = []
@@ -162,6 +163,12 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--requests", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="server events/s in all, one write per event (0: as fast as the socket takes them)",
+    )
     args = ap.parse_args()
     if not PEER_PYTHON.exists():
         print(f"bench_serving not installed: {PEER_PYTHON} is missing", file=sys.stderr)
@@ -178,7 +185,7 @@ def main() -> int:
             requests = min(requests, max(16, int(BYTES_BUDGET / size) // 16 * 16))
             c = min(args.concurrency, requests)
             requests = requests // c * c
-            runs, size = measure_case(shape, n, c, requests, args.repeat)
+            runs, size = measure_case(shape, n, c, requests, args.repeat, args.pace)
             ours = statistics.median(r["us_tok"] for r in runs["ours"])
             ref = statistics.median(r["us_tok"] for r in runs["bench_serving"])
             print(
@@ -225,8 +232,10 @@ def main() -> int:
         )
     )
     load_after = os.getloadavg()
+    paced = f"{args.pace:,.0f} events/s in all, one write per event"
     print(
-        f"\nmedians of {args.repeat} interleaved runs (min-max); {os.cpu_count()} CPUs, server on "
+        f"\nserver: {paced if args.pace else 'as fast as the socket takes it'}; "
+        f"medians of {args.repeat} interleaved runs (min-max); {os.cpu_count()} CPUs, server on "
         "CPU0, client on CPU1; CPU = process CPU time (ours: measured window; bench_serving: "
         "whole process minus a one-prompt start-up run). Events and MB per CPU-second: what "
         "one client process ingests with a core to itself.\n"

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import aiohttp
@@ -434,37 +434,97 @@ class LoadGenerator:
         self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
     ) -> None:
         """SGLang ``/generate``: one stamp and one ``feed`` per network read."""
-        read = content.readany
-        parser = GenerateStreamParser(rec)
-        feed = parser.feed
-        while True:
-            chunk = await read()
-            # the bytes' arrival; else now, before parsing can delay it
-            t = stamper.t_arrival if stamper is not None else time.perf_counter()
-            if not chunk:
-                break
-            if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
-                feed(chunk, t)
-                if not rec.ok:
-                    return
-        parser.finish()
+        await _stream(GenerateStreamParser(rec), content, stamper)
 
     async def _stream_openai(
         self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
     ) -> None:
         """OpenAI completions/chat: one stamp and one ``feed`` per network read."""
-        read = content.readany
-        parser = OpenAIStreamParser(rec, chat=self.backend == "openai-chat")
-        while True:
-            chunk = await read()
-            t = stamper.t_arrival if stamper is not None else time.perf_counter()
-            if not chunk:
-                break
-            if parser.t_done < 0:
-                parser.feed(chunk, t)
-                if not rec.ok:
-                    return
-        parser.finish()
+        await _stream(OpenAIStreamParser(rec, chat=self.backend == "openai-chat"), content, stamper)
+
+
+class _StreamStopped(Exception):
+    """Raised into a stream's reader when its parser failed the request (ends the wait)."""
+
+
+# Body sinks of streams being measured, by id of their aiohttp StreamReader (it is slotted).
+_SINKS: dict[int, Callable[[bytes], None]] = {}
+
+
+class _SinkStreamReader(aiohttp.StreamReader):
+    """aiohttp's StreamReader that hands each body chunk to the request's parser as the HTTP
+    parser produces it, inside the connection's ``data_received``, instead of queueing it and
+    waking the request's task. When a client keeps up, every event is a read of its own: the
+    queue, the wake-up and ``readany`` cost more than the parsing (``bench_loadgen --pace``).
+    Same layout as its base (no slots of its own), so a live reader can switch class."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        sink = _SINKS.get(id(self))
+        if sink is None:
+            return super().feed_data(data, size)
+        if data:
+            sink(data)
+        return False
+
+    def end_http_chunk_receiving(self) -> None:
+        if id(self) not in _SINKS:  # chunk boundaries matter only to iter_chunks()
+            super().end_http_chunk_receiving()
+
+
+async def _stream(
+    parser: GenerateStreamParser | OpenAIStreamParser,
+    content: aiohttp.StreamReader,
+    stamper: _ArrivalStamper | None,
+) -> None:
+    """Feed one response body to its parser, stamped with each read's arrival, then judge it.
+
+    After ``[DONE]`` the body is drained to EOF so the connection is reused; a parser that
+    fails the request ends the wait at once (the unfinished response's connection is closed).
+    """
+    rec = parser.rec
+    if stamper is not None and type(content) is aiohttp.StreamReader:
+        key = id(content)
+
+        def sink(data: bytes) -> None:
+            if parser.t_done >= 0 or not rec.ok:
+                return
+            try:
+                parser.feed(data, stamper.t_arrival)
+            except ValueError as e:  # orjson: the request fails as if the read had raised it
+                content.set_exception(e)
+                return
+            if not rec.ok:
+                content.set_exception(_StreamStopped())
+
+        buffered = content.read_nowait()  # body bytes that came in with the headers
+        if buffered:
+            sink(buffered)
+        _SINKS[key] = sink
+        content.__class__ = _SinkStreamReader
+        try:
+            while chunk := await content.readany():  # b"" at EOF; nothing queues meanwhile
+                sink(chunk)
+        except _StreamStopped:
+            return
+        finally:
+            del _SINKS[key]
+        if rec.ok:
+            parser.finish()
+        return
+    read = content.readany
+    while True:
+        chunk = await read()
+        # the bytes' arrival; else now, before parsing can delay it
+        t = stamper.t_arrival if stamper is not None else time.perf_counter()
+        if not chunk:
+            break
+        if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
+            parser.feed(chunk, t)
+            if not rec.ok:
+                return
+    parser.finish()
 
 
 async def _fail_from_body(
