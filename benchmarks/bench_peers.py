@@ -33,6 +33,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -81,9 +82,16 @@ def run_bench_serving(url: str, shape: str, n: int, c: int, prompts: int) -> tup
     cmd += ["--tokenizer", str(TOKENIZER), "--model", str(TOKENIZER)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     c0, t0 = _children_cpu(), time.perf_counter()
-    out = subprocess.run(
-        cmd, capture_output=True, timeout=RUN_TIMEOUT_S, env=env, preexec_fn=_on_cpu1, check=False
-    )
+    with tempfile.TemporaryDirectory(prefix="llmperf-bench-serving-") as tmp:
+        out = subprocess.run(  # in a scratch dir: bench_serving writes its results to cwd
+            cmd,
+            capture_output=True,
+            timeout=RUN_TIMEOUT_S,
+            env=env,
+            preexec_fn=_on_cpu1,
+            check=False,
+            cwd=tmp,
+        )
     cpu, wall = _children_cpu() - c0, time.perf_counter() - t0
     text = out.stdout.decode(errors="replace")
     if out.returncode != 0 or f"Successful requests:                     {prompts}" not in text:
