@@ -74,6 +74,8 @@ class _ArrivalStamper(ResponseHandler):
         if data:  # b"" is aiohttp resuming its own parser, not an arrival
             self.t_arrival = time.perf_counter()
         super().data_received(data)
+        if _PENDING:
+            _flush_pending()
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this for every HTTP chunk it hands over while less than
@@ -449,6 +451,22 @@ class _StreamStopped(Exception):
 
 # Body sinks of streams being measured, by id of their aiohttp StreamReader (it is slotted).
 _SINKS: dict[int, Callable[[bytes], None]] = {}
+# HTTP chunks of the network read being parsed: one event each for SGLang and OpenAI servers,
+# handed over together once the read is parsed (one parser call per read, not per event).
+_PENDING: list[tuple[Callable[[bytes], None], bytes]] = []
+
+
+def _flush_pending() -> None:
+    items = _PENDING[:]
+    _PENDING.clear()
+    i = 0
+    while i < len(items):  # bounded: each pass consumes one run of the same sink
+        sink = items[i][0]
+        j = i + 1
+        while j < len(items) and items[j][0] is sink:
+            j += 1
+        sink(items[i][1] if j == i + 1 else b"".join(d for _, d in items[i:j]))
+        i = j
 
 
 class _SinkStreamReader(aiohttp.StreamReader):
@@ -464,8 +482,8 @@ class _SinkStreamReader(aiohttp.StreamReader):
         sink = _SINKS.get(id(self))
         if sink is None:
             return super().feed_data(data, size)
-        if data:
-            sink(data)
+        if data:  # parsed once per network read: see _flush_pending
+            _PENDING.append((sink, data))
         return False
 
     def end_http_chunk_receiving(self) -> None:
@@ -510,6 +528,8 @@ async def _stream(
             return
         finally:
             del _SINKS[key]
+            if _PENDING:  # chunks a connection's end handed over outside data_received
+                _flush_pending()
         if rec.ok:
             parser.finish()
         return
