@@ -16,7 +16,7 @@ import asyncio
 import multiprocessing
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_llmperf.base.errors import LLMPerfError
@@ -192,3 +192,40 @@ async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[Sha
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+
+
+async def sharded_closed_loop(
+    gen: LoadGenerator,
+    processes: int,
+    concurrency: int,
+    prompts: Sequence[Sequence[int] | str],
+    bodies: Sequence[bytes],
+    output_len: int,
+    on_record: Callable[[RequestRecord], None],
+    deadline_s: float,
+) -> tuple[list[RequestRecord | None], ClientHealth, float]:
+    """A closed-loop level over ``processes`` client processes configured like ``gen``: the
+    records by request index, the merged health, and the shards' CPU seconds together."""
+    base = ShardSpec(
+        base_url=gen.base_url,
+        backend=gen.backend,
+        api_key=gen.api_key,
+        model=gen.model,
+        temperature=gen.temperature,
+        extensions=gen.extensions,
+        request_timeout_s=gen.request_timeout_s,
+        output_len=output_len,
+        concurrency=concurrency,
+        indices=[],
+        prompts=[],
+        bodies=[],
+    )
+    results = await run_sharded(
+        shard_specs(processes, concurrency, prompts, bodies, base), deadline_s
+    )
+    records: list[RequestRecord | None] = [None] * len(bodies)
+    for res in results:
+        for rec in res.records:
+            records[rec.index] = rec
+            on_record(rec)
+    return records, merge_health(results), sum(r.cpu_s for r in results)

@@ -24,7 +24,6 @@ from typing import Literal, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import (
-    ClientHealth,
     LevelResult,
     Mode,
     ServerFacts,
@@ -45,7 +44,7 @@ from pytest_llmperf.core.server_probe import (
     get_server_info,
     server_facts,
 )
-from pytest_llmperf.core.shard import ShardSpec, merge_health, run_sharded, shard_specs
+from pytest_llmperf.core.shard import sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
@@ -207,40 +206,6 @@ async def _open_loop(
     return records
 
 
-async def _sharded_level(
-    gen: LoadGenerator,
-    processes: int,
-    concurrency: int,
-    prompts: Sequence[Sequence[int] | str],
-    bodies: Sequence[bytes],
-    workload: Workload,
-    tracker: _Tracker,
-) -> tuple[list[RequestRecord | None], ClientHealth, float]:
-    """The closed loop over ``processes`` client processes (``shard.py``), records merged."""
-    base = ShardSpec(
-        base_url=gen.base_url,
-        backend=gen.backend,
-        api_key=gen.api_key,
-        model=gen.model,
-        temperature=gen.temperature,
-        extensions=gen.extensions,
-        request_timeout_s=gen.request_timeout_s,
-        output_len=workload.output_len,
-        concurrency=concurrency,
-        indices=[],
-        prompts=[],
-        bodies=[],
-    )
-    specs = shard_specs(processes, concurrency, prompts, bodies, base)
-    results = await run_sharded(specs, level_deadline_s(workload, concurrency))
-    records: list[RequestRecord | None] = [None] * len(bodies)
-    for res in results:
-        for rec in res.records:
-            records[rec.index] = rec
-            tracker.add(rec)
-    return records, merge_health(results), sum(r.cpu_s for r in results)
-
-
 async def _measure_level(
     gen: LoadGenerator,
     concurrency: int,
@@ -286,8 +251,15 @@ async def _measure_level(
     try:
         async with asyncio.timeout(level_deadline_s(workload, concurrency)):
             if client_processes > 1:
-                records, shard_health, shard_cpu = await _sharded_level(
-                    gen, client_processes, concurrency, prompts, bodies, workload, tracker
+                records, shard_health, shard_cpu = await sharded_closed_loop(
+                    gen,
+                    client_processes,
+                    concurrency,
+                    prompts,
+                    bodies,
+                    workload.output_len,
+                    tracker.add,
+                    level_deadline_s(workload, concurrency),
                 )
             elif workload.request_rate is None:
                 records = await _closed_loop(
