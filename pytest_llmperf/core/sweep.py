@@ -44,7 +44,7 @@ from pytest_llmperf.core.server_probe import (
     get_server_info,
     server_facts,
 )
-from pytest_llmperf.core.shard import sharded_closed_loop
+from pytest_llmperf.core.shard import new_loop, sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
@@ -489,14 +489,6 @@ async def run_level_async(
         return level
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # optional: halves the client's CPU per event where available
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout_s: float) -> T:
     """Run a coroutine in a fresh event loop (uvloop if installed) on a dedicated thread.
 
@@ -506,7 +498,7 @@ def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout_s: float) -> T:
 
     def target() -> None:
         try:
-            with asyncio.Runner(loop_factory=_new_loop) as runner:
+            with asyncio.Runner(loop_factory=new_loop) as runner:
                 box["result"] = runner.run(factory())  # type: ignore[arg-type]
         except BaseException as e:  # handed to the caller's thread
             box["error"] = e
