@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import math
@@ -54,34 +55,128 @@ WRITE_SLICE = 64 * 1024
 
 
 # --- the stream server -------------------------------------------------------------------------
-def _response(n_events: int) -> bytes:
-    """One HTTP/1.1 chunked response: one chunk per event, cumulative text as SGLang sends it."""
+SHAPES = ("small", "sglang", "openai")
+# Word pieces and ids as a tokenizer gives them: ~4 text bytes and 5-6 id digits per token, one
+# U+2028 (orjson leaves it raw, as SGLang's server does) and an escaped quote among them.
+_PIECES = (" the", " model", " of", " serving", "\u2028", " a", ' "x"', " tokens", ",", " is")
+_IDS = (279, 1646, 315, 13480, 100787, 264, 330, 11460, 11, 374, 151645, 48018)
+
+
+def _events(shape: str, n: int) -> list[bytes]:
+    """One stream's events, as the server would frame them (``data: ...\n\n``)."""
     import orjson
 
-    chunks = []
-    text = ""
-    for ct in range(1, n_events + 1):
-        text += "ab"
-        finish = {"type": "length", "length": n_events} if ct == n_events else None
-        meta = {
-            "id": "bench",
-            "finish_reason": finish,
-            "prompt_tokens": 8,
-            "completion_tokens": ct,
-            "cached_tokens": 0,
+    out: list[bytes] = []
+    if shape == "small":  # cumulative text of 2 bytes a token and a short meta_info
+        text = ""
+        for ct in range(1, n + 1):
+            text += "ab"
+            finish = {"type": "length", "length": n} if ct == n else None
+            meta = {
+                "id": "bench",
+                "finish_reason": finish,
+                "prompt_tokens": 8,
+                "completion_tokens": ct,
+                "cached_tokens": 0,
+            }
+            out.append(b"data: " + orjson.dumps({"text": text, "meta_info": meta}) + b"\n\n")
+    elif shape == "sglang":  # SGLang 0.5.23 /generate, non-incremental: everything cumulative
+        text, ids = "", []
+        for ct in range(1, n + 1):
+            text += _PIECES[ct % len(_PIECES)]
+            ids.append(_IDS[ct % len(_IDS)])
+            meta: dict[str, object] = {
+                "id": "9f0c2a7e5b1d4c3a8e6f0b2d4a6c8e0f",
+                "finish_reason": {"type": "length", "length": n} if ct == n else None,
+                "prompt_tokens": 8,
+                "weight_version": "default",
+                "num_retractions": 0,
+                "reasoning_tokens": 0,
+                "completion_tokens": ct,
+                "cached_tokens": 0,
+            }
+            if ct == n:
+                meta["e2e_latency"] = 1.25
+            ev = {"text": text, "output_ids": ids, "meta_info": meta}
+            out.append(b"data: " + orjson.dumps(ev) + b"\n\n")
+    elif shape == "openai":  # vLLM/SGLang chat chunks with continuous_usage_stats
+        head = {
+            "id": "chatcmpl-9f0c2a7e",
+            "object": "chat.completion.chunk",
+            "created": 1767225600,
+            "model": "bench",
         }
-        chunks.append(b"data: " + orjson.dumps({"text": text, "meta_info": meta}) + b"\n\n")
-    chunks.append(b"data: [DONE]\n\n")
-    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+        def chunk(delta: dict[str, object], finish: str | None, ct: int) -> bytes:
+            ev = {
+                **head,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+                "usage": {"prompt_tokens": 8, "total_tokens": 8 + ct, "completion_tokens": ct},
+            }
+            return b"data: " + orjson.dumps(ev) + b"\n\n"
+
+        out.append(chunk({"role": "assistant", "content": ""}, None, 0))
+        for ct in range(1, n + 1):
+            out.append(chunk({"content": _PIECES[ct % len(_PIECES)]}, None, ct))
+        out.append(chunk({}, "length", n))
+        usage = {"prompt_tokens": 8, "total_tokens": 8 + n, "completion_tokens": n}
+        out.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage}) + b"\n\n")
+    else:
+        raise ValueError(f"unknown shape {shape!r}; choose one of {SHAPES}")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _response(n_events: int, shape: str = "small") -> bytes:
+    """One HTTP/1.1 chunked response: one chunk per event, as uvicorn writes SGLang's stream."""
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in _events(shape, n_events))
     head = (
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
     )
-    return head + body
+    return head + body + b"0\r\n\r\n"
+
+
+class _Pacer:
+    """Paced mode: the server emits ``rate`` events a second in all, one write per event,
+    round-robin over the open streams, as a real server's event loop does. A client that keeps
+    up then reads about one event at a time (no coalescing to amortise its per-read cost)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.active: collections.deque[_StreamProtocol] = collections.deque()
+        self.budget = 0.0
+        self.last = 0.0
+
+    def start(self) -> None:
+        self.last = asyncio.get_running_loop().time()
+        self.tick()
+
+    def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.budget = min(self.budget + (now - self.last) * self.rate, self.rate * 0.01)
+        self.last = now
+        skips = 0
+        while self.budget >= 1 and self.active and skips < len(self.active):
+            p = self.active.popleft()
+            if p.paused:  # its socket is full: the client is behind on this stream
+                self.active.append(p)
+                skips += 1
+                continue
+            skips = 0
+            self.budget -= 1
+            if p.write_event():
+                self.active.append(p)
+        loop.call_later(0.001, self.tick)
 
 
 class _StreamProtocol(asyncio.Protocol):
     response = b""
+    events: list[bytes] = []  # paced mode: the response cut into one write per event
+    pacer: _Pacer | None = None
     open_now = 0
     open_peak = 0
     served = 0
@@ -120,13 +215,33 @@ class _StreamProtocol(asyncio.Protocol):
                     b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(stats), stats)
                 )
                 continue
+            if head.startswith(b"get /v1/models"):
+                models = b'{"object":"list","data":[{"id":"bench","object":"model"}]}'
+                self.t.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(models), models)
+                )
+                continue
             if head.startswith(b"post /reset"):
                 _StreamProtocol.open_peak = _StreamProtocol.open_now
                 self.t.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 continue
+            if head.startswith(b"get ") or head.startswith(b"post /flush_cache"):
+                # bench_serving's readiness and server-info probes: answered, never streamed
+                self.t.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\n{}")
+                continue
             _StreamProtocol.served += 1
+            if self.pacer is not None:
+                self.next_event = 0
+                self.pacer.active.append(self)
+                continue
             self.pending = memoryview(self.response)
             self._pump()
+
+    def write_event(self) -> bool:
+        """Paced mode: write this stream's next event; False when the response is complete."""
+        self.t.write(self.events[self.next_event])
+        self.next_event += 1
+        return self.next_event < len(self.events)
 
     def _pump(self) -> None:
         # Flow control: 1024 streams x ~400 KB must not pile up in user-space buffers.
@@ -143,18 +258,27 @@ class _StreamProtocol(asyncio.Protocol):
         self._pump()
 
 
-def serve(port: int, n_events: int) -> None:
+def serve(port: int, n_events: int, shape: str = "small", rate: float = 0.0) -> None:
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    _StreamProtocol.response = _response(n_events)
+    _StreamProtocol.response = _response(n_events, shape)
+    if rate > 0:
+        head = _response(0, shape).split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+        chunks = [b"%x\r\n%s\r\n" % (len(c), c) for c in _events(shape, n_events)]
+        chunks[0] = head + chunks[0]
+        chunks[-1] += b"0\r\n\r\n"
+        _StreamProtocol.events = chunks
+        _StreamProtocol.pacer = _Pacer(rate)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(_StreamProtocol, "127.0.0.1", port, backlog=4096)
+        if _StreamProtocol.pacer is not None:
+            _StreamProtocol.pacer.start()
         print("ready", flush=True)
         async with server:
             await server.serve_forever()
@@ -246,7 +370,9 @@ async def _run_reference(url: str, streams: int, per_worker: int) -> dict[str, A
     return {"events": events, "tokens": tokens, "errors": errors, "first_error": first_error}
 
 
-def run_client(kind: str, url: str, streams: int, per_worker: int) -> dict[str, Any]:
+def run_client(
+    kind: str, url: str, streams: int, per_worker: int, shape: str = "small"
+) -> dict[str, Any]:
     # Imports and set-up happen before the clock for every client: the window holds only
     # the requests (the reference's per-request session is part of its design, so it stays in).
     import aiohttp  # noqa: F401  (the reference's import, out of its window)
@@ -259,7 +385,11 @@ def run_client(kind: str, url: str, streams: int, per_worker: int) -> dict[str, 
             gen = None
             if kind != "reference":
                 gen = await stack.enter_async_context(
-                    LoadGenerator(url, "sglang", request_timeout_s=RUN_TIMEOUT_S)
+                    LoadGenerator(
+                        url,
+                        "openai-chat" if shape == "openai" else "sglang",
+                        request_timeout_s=RUN_TIMEOUT_S,
+                    )
                 )
             mon = LoopMonitor()
             mon.start()
@@ -410,6 +540,8 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=DEFAULT_EVENTS)
     ap.add_argument("--target-events", type=int, default=TARGET_EVENTS)
     ap.add_argument("--repeat", type=int, default=1, help="runs per level and client (median)")
+    ap.add_argument("--shape", choices=SHAPES, default="small", help="what the server sends")
+    ap.add_argument("--pace", type=float, default=0.0, help="server events/s in all (0: blast)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -420,11 +552,11 @@ def main() -> int:
     EVENTS_PER_REQUEST = args.events
     if args.serve:
         _pin(0)
-        serve(args.serve, args.events)
+        serve(args.serve, args.events, args.shape, args.pace)
         return 0
     if args.client:
         _pin(1)
-        print(json.dumps(run_client(args.client, args.url, args.n, args.per_worker)))
+        print(json.dumps(run_client(args.client, args.url, args.n, args.per_worker, args.shape)))
         return 0
 
     import psutil
@@ -433,6 +565,7 @@ def main() -> int:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     me = [sys.executable, os.path.abspath(__file__), "--events", str(args.events)]
+    me += ["--shape", args.shape]
     levels = [int(s) for s in args.streams.split(",")]
     kinds = args.clients.split(",")
     load_before = os.getloadavg()

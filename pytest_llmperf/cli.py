@@ -107,6 +107,14 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="sample the server's /metrics during each level",
     )
     p.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="shard each closed-loop level over N client processes (when a level's note says "
+        "the client is saturated and needs N)",
+    )
+    p.add_argument(
         "--simulate",
         action="store_true",
         help="with --launch: always launch the simulator, even if SGLang is installed",
@@ -310,6 +318,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 details=args.details,
                 scrape_metrics=args.scrape_metrics,
                 server_mode=mode,
+                client_processes=max(1, args.client_processes),
             )
     except (SweepError, LaunchError) as e:
         print(f"llmperf sweep: error: {e}", file=sys.stderr)

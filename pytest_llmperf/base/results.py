@@ -131,6 +131,10 @@ class ClientHealth(_Model):
     loop_lag_samples: int = 0  # how many lag probes the p99 rests on
     saturated: bool = False
     reason: str | None = None
+    # What one client process costs and can take on this level's stream (None: no tokens)
+    cpu_us_per_output_token: float | None = None
+    output_tok_s_ceiling: float | None = None  # one process at the CPU limit
+    processes_needed: int | None = None  # set when saturated: shard over at least this many
 
 
 class RequestDetails(_Model):

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import aiohttp
@@ -74,6 +74,16 @@ class _ArrivalStamper(ResponseHandler):
         if data:  # b"" is aiohttp resuming its own parser, not an arrival
             self.t_arrival = time.perf_counter()
         super().data_received(data)
+        if _PENDING:
+            _flush_pending()
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        # aiohttp's StreamReader calls this for every HTTP chunk it hands over while less than
+        # its low-water mark is queued, paused or not; each call re-enters the parser and the
+        # transport. SGLang sends one chunk per event, so that was a third of the client's CPU
+        # per event. Nothing paused: nothing to resume.
+        if self._reading_paused or getattr(self, "_buffer_paused", False):
+            super().resume_reading(resume_parser)
 
 
 def make_session(
@@ -263,10 +273,10 @@ class LoadGenerator:
         self._headers = dict(_JSON_HEADERS)
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        # read: the longest TTFT under queueing and every inter-token gap (no total: the
-        # request's own deadline is asyncio.timeout below)
+        # No sock_read: the request's own deadline (asyncio.timeout below, the same length)
+        # already bounds every gap, and aiohttp re-arms a sock_read timer on every read.
         self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout_s
+            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=None
         )
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
@@ -296,6 +306,11 @@ class LoadGenerator:
         if self._fresh_session is not None:
             await self._fresh_session.close()
             self._fresh_session = None
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the generator sends (for client processes it starts; never logged)."""
+        return self._api_key
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -421,37 +436,115 @@ class LoadGenerator:
         self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
     ) -> None:
         """SGLang ``/generate``: one stamp and one ``feed`` per network read."""
-        read = content.readany
-        parser = GenerateStreamParser(rec)
-        feed = parser.feed
-        while True:
-            chunk = await read()
-            # the bytes' arrival; else now, before parsing can delay it
-            t = stamper.t_arrival if stamper is not None else time.perf_counter()
-            if not chunk:
-                break
-            if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
-                feed(chunk, t)
-                if not rec.ok:
-                    return
-        parser.finish()
+        await _stream(GenerateStreamParser(rec), content, stamper)
 
     async def _stream_openai(
         self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
     ) -> None:
         """OpenAI completions/chat: one stamp and one ``feed`` per network read."""
-        read = content.readany
-        parser = OpenAIStreamParser(rec, chat=self.backend == "openai-chat")
-        while True:
-            chunk = await read()
-            t = stamper.t_arrival if stamper is not None else time.perf_counter()
-            if not chunk:
-                break
-            if parser.t_done < 0:
-                parser.feed(chunk, t)
-                if not rec.ok:
-                    return
-        parser.finish()
+        await _stream(OpenAIStreamParser(rec, chat=self.backend == "openai-chat"), content, stamper)
+
+
+class _StreamStopped(Exception):
+    """Raised into a stream's reader when its parser failed the request (ends the wait)."""
+
+
+# Body sinks of streams being measured, by id of their aiohttp StreamReader (it is slotted).
+_SINKS: dict[int, Callable[[bytes], None]] = {}
+# HTTP chunks of the network read being parsed: one event each for SGLang and OpenAI servers,
+# handed over together once the read is parsed (one parser call per read, not per event).
+_PENDING: list[tuple[Callable[[bytes], None], bytes]] = []
+
+
+def _flush_pending() -> None:
+    items = _PENDING[:]
+    _PENDING.clear()
+    i = 0
+    while i < len(items):  # bounded: each pass consumes one run of the same sink
+        sink = items[i][0]
+        j = i + 1
+        while j < len(items) and items[j][0] is sink:
+            j += 1
+        sink(items[i][1] if j == i + 1 else b"".join(d for _, d in items[i:j]))
+        i = j
+
+
+class _SinkStreamReader(aiohttp.StreamReader):
+    """aiohttp's StreamReader that hands each body chunk to the request's parser as the HTTP
+    parser produces it, inside the connection's ``data_received``, instead of queueing it and
+    waking the request's task. When a client keeps up, every event is a read of its own: the
+    queue, the wake-up and ``readany`` cost more than the parsing (``bench_loadgen --pace``).
+    Same layout as its base (no slots of its own), so a live reader can switch class."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        sink = _SINKS.get(id(self))
+        if sink is None:
+            return super().feed_data(data, size)
+        if data:  # parsed once per network read: see _flush_pending
+            _PENDING.append((sink, data))
+        return False
+
+    def end_http_chunk_receiving(self) -> None:
+        if id(self) not in _SINKS:  # chunk boundaries matter only to iter_chunks()
+            super().end_http_chunk_receiving()
+
+
+async def _stream(
+    parser: GenerateStreamParser | OpenAIStreamParser,
+    content: aiohttp.StreamReader,
+    stamper: _ArrivalStamper | None,
+) -> None:
+    """Feed one response body to its parser, stamped with each read's arrival, then judge it.
+
+    After ``[DONE]`` the body is drained to EOF so the connection is reused; a parser that
+    fails the request ends the wait at once (the unfinished response's connection is closed).
+    """
+    rec = parser.rec
+    if stamper is not None and type(content) is aiohttp.StreamReader:
+        key = id(content)
+
+        def sink(data: bytes) -> None:
+            if parser.t_done >= 0 or not rec.ok:
+                return
+            try:
+                parser.feed(data, stamper.t_arrival)
+            except ValueError as e:  # orjson: the request fails as if the read had raised it
+                content.set_exception(e)
+                return
+            if not rec.ok:
+                content.set_exception(_StreamStopped())
+
+        buffered = content.read_nowait()  # body bytes that came in with the headers
+        if buffered:
+            sink(buffered)
+        _SINKS[key] = sink
+        content.__class__ = _SinkStreamReader
+        try:
+            while chunk := await content.readany():  # b"" at EOF; nothing queues meanwhile
+                sink(chunk)
+        except _StreamStopped:
+            return
+        finally:
+            del _SINKS[key]
+            if _PENDING:  # chunks a connection's end handed over outside data_received
+                _flush_pending()
+        if rec.ok:
+            parser.finish()
+        return
+    read = content.readany
+    while True:
+        chunk = await read()
+        # the bytes' arrival; else now, before parsing can delay it
+        t = stamper.t_arrival if stamper is not None else time.perf_counter()
+        if not chunk:
+            break
+        if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
+            parser.feed(chunk, t)
+            if not rec.ok:
+                return
+    parser.finish()
 
 
 async def _fail_from_body(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from array import array
 
@@ -20,6 +21,7 @@ LAG_PROBE_INTERVAL_S = 0.010  # the lag task sleeps this long and records the ov
 LOOP_LAG_P99_LIMIT_MS = 10.0  # above this, token timestamps are off by about as much
 CPU_PERCENT_LIMIT = 90.0  # of one core: a single-threaded event loop has no headroom left
 MIN_LAG_SAMPLES = 10  # fewer samples than this (a very short level) cannot judge p99
+SHARD_CPU_PERCENT = 50.0  # a process sized to this share keeps its loop lag low
 
 
 def _transport_name() -> str:
@@ -37,6 +39,7 @@ class LoopMonitor:
         self._task: asyncio.Task[None] | None = None
         self._cpu0 = 0.0
         self._wall0 = 0.0
+        self.cpu_s = 0.0  # process CPU seconds between start() and stop()
 
     def start(self) -> None:
         self._lags_ms = array("d")
@@ -56,6 +59,7 @@ class LoopMonitor:
         """Stop sampling and judge the interval."""
         wall = time.perf_counter() - self._wall0
         cpu = time.process_time() - self._cpu0
+        self.cpu_s = cpu
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -92,3 +96,29 @@ def judge_health(lags_ms: list[float], cpu_percent: float, transport: str = "") 
         saturated=bool(reasons),
         reason="; ".join(reasons) or None,
     )
+
+
+def with_token_cost(health: ClientHealth, cpu_s: float, output_tokens: int) -> ClientHealth:
+    """Add what the client spent per output token and, when saturated, how many processes the
+    level needs.
+
+    One process can ingest up to ``CPU_PERCENT_LIMIT`` % of a core / CPU per token. A saturated
+    level only shows that the server can go at least this fast, so the count is a lower bound:
+    enough processes to bring each below ``SHARD_CPU_PERCENT`` % of a core at the rate reached.
+    """
+    if output_tokens <= 0 or cpu_s <= 0:
+        return health
+    us = cpu_s / output_tokens * 1e6
+    ceiling = CPU_PERCENT_LIMIT / 100.0 / (us * 1e-6)
+    update: dict[str, object] = {
+        "cpu_us_per_output_token": round(us, 2),
+        "output_tok_s_ceiling": round(ceiling, 0),
+    }
+    if health.saturated:
+        needed = max(2, math.ceil(health.cpu_percent / SHARD_CPU_PERCENT))
+        update["processes_needed"] = needed
+        update["reason"] = (
+            f"{health.reason}; needs at least {needed} client processes (one ingests at most "
+            f"~{ceiling:,.0f} tok/s of this stream at {us:.1f} µs CPU per output token)"
+        )
+    return health.model_copy(update=update)

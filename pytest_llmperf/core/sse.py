@@ -25,27 +25,55 @@ class SSEDecoder:
     it runs once per network read in the load generator's hot path.
     """
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_cr", "_parts")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._parts: list[bytes] = []  # reads of an event not complete yet
+        self._cr = False  # a trailing CR held back: maybe the first half of a split CRLF
 
     def take(self, chunk: bytes) -> tuple[bytes, int]:
         """Add bytes; return ``(data, end)`` where ``data[:end]`` holds every event they
         complete (``end`` is where the last blank line starts; -1 when none is complete yet).
 
         Nothing is split or copied per event, so a read that completes a hundred events costs
-        about as much as one that completes one.
+        about as much as one that completes one. An event larger than a read (SGLang's
+        cumulative events reach tens of KB) is collected as a list of reads and joined once,
+        when its end arrives: only the new bytes are searched, never the held ones again.
         """
-        buf = self._buf + chunk if self._buf else chunk
-        if b"\r" in buf:
-            buf = _normalise_newlines(buf)
+        if self._cr or b"\r" in chunk:
+            chunk = self._normalise(chunk)
+        parts = self._parts
+        if parts:
+            if chunk.find(b"\n\n") < 0 and not (
+                chunk.startswith(b"\n") and parts[-1].endswith(b"\n")
+            ):
+                if chunk:
+                    parts.append(chunk)
+                return chunk, -1
+            parts.append(chunk)
+            buf = b"".join(parts)
+        else:
+            buf = chunk
         end = buf.rfind(b"\n\n")
         if end < 0:
-            self._buf = buf
+            self._parts = [buf] if buf else []
             return buf, -1
-        self._buf = buf[end + 2 :]
+        self._parts = [buf[end + 2 :]] if len(buf) > end + 2 else []
         return buf, end
+
+    @property
+    def idle(self) -> bool:
+        """Nothing held back: the next read starts a new event."""
+        return not self._parts and not self._cr
+
+    def _normalise(self, chunk: bytes) -> bytes:
+        # A trailing lone CR may be the first half of a CRLF split across reads: keep it for later.
+        if self._cr:
+            chunk = b"\r" + chunk
+        self._cr = chunk.endswith(b"\r")
+        if self._cr:
+            chunk = chunk[:-1]
+        return chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """Add bytes; return the data payloads of the events completed by them (maybe none)."""
@@ -55,7 +83,7 @@ class SSEDecoder:
     @property
     def pending(self) -> bytes:
         """Bytes of an incomplete event (non-empty when a stream is cut mid-event)."""
-        return self._buf
+        return b"".join(self._parts) + (b"\r" if self._cr else b"")
 
 
 def payloads(data: bytes, end: int) -> list[bytes]:
@@ -103,14 +131,6 @@ def scan_data_lines(data: bytes, end: int, key: bytes) -> tuple[int, int, int, i
         n += 1
         pos = nl + 2
     return n, first, last, start, stop
-
-
-def _normalise_newlines(buf: bytes) -> bytes:
-    # A trailing lone CR may be the first half of a CRLF split across reads: keep it for later.
-    tail = b""
-    if buf.endswith(b"\r"):
-        buf, tail = buf[:-1], b"\r"
-    return buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
 
 
 def _data_of(event: bytes) -> bytes | None:

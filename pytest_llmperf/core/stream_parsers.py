@@ -1,10 +1,14 @@
 """Stream parsers: one SSE response body -> one ``RequestRecord``, fed a network read at a time.
 
 No I/O here (tests feed bytes): the load generator (``client.py``) owns the sockets and the
-clock and hands every read over with its arrival stamp. For SGLang ``/generate`` the token count
-is the last ``"completion_tokens":`` of the read, found by C-speed searches over the unsplit
-bytes; full JSON is parsed only for the final event, errors, and OpenAI chunks without usage.
-Anything unusual in a read falls back to splitting it into events, with the same result.
+clock and hands every read over with its arrival stamp. The token count is the cumulative
+``"completion_tokens":`` (SGLang's ``meta_info``, OpenAI's continuous usage), searched for from
+the end of each event by C-speed scans over the unsplit read. SGLang's default stream repeats
+the whole text and ``output_ids`` in every event (several KB each at 1000 tokens), so the text
+and ids are never decoded and no event is copied: the last one is kept as a reference into its
+read, and at the end only its ``meta_info`` (the object that closes it) is parsed. Anything
+unusual in a read (an error, a comment, a count that did not grow, a key spelled with a space
+before its colon) falls back to splitting it into events, with the same result.
 """
 
 from __future__ import annotations
@@ -21,7 +25,13 @@ MAX_ERROR_CHARS = 300
 _CT_KEY = b'"completion_tokens":'
 _CT_LEN = len(_CT_KEY)
 _DONE_EVENT = b"data: " + DONE
+_DONE_READ = _DONE_EVENT + b"\n\n"
 _INT = re.compile(rb"\s*(\d+)")
+_META_KEY = b'"meta_info":'
+_FINISH = re.compile(rb'"finish_reason":\s*"(\w*)')
+
+# An event kept for ``finish()`` without copying it: (read buffer, payload start, payload stop).
+Span = tuple[bytes, int, int]
 
 
 def _int_after(payload: bytes, pos: int) -> int:
@@ -33,6 +43,43 @@ def _done_at_end(data: bytes, end: int) -> bool:
     """Whether the last event of ``data[:end]`` is exactly ``data: [DONE]``."""
     return data.endswith(_DONE_EVENT, 0, end) and (
         end == 12 or data[end - 14 : end - 12] == b"\n\n"
+    )
+
+
+def meta_info_of(span: Span) -> dict[str, Any]:
+    """The ``meta_info`` of one SGLang event, parsing only that object when it closes the event.
+
+    SGLang writes ``meta_info`` last (after the cumulative text and ids), so the object after the
+    last ``"meta_info":`` up to the event's closing brace is it. A JSON string cannot hold an
+    unescaped quote, so the key cannot come from the text; if anything follows ``meta_info``
+    (``prompt_token_ids``, a batch ``index``) that slice is not one JSON value and the whole
+    event is parsed instead.
+    """
+    data, start, stop = span
+    k = data.rfind(_META_KEY, start, stop)
+    if k >= 0 and data[stop - 1] == 0x7D:  # "}"
+        try:
+            meta = orjson.loads(memoryview(data)[k + len(_META_KEY) : stop - 1])
+        except orjson.JSONDecodeError:
+            meta = None
+        if isinstance(meta, dict):
+            return meta
+    obj = orjson.loads(memoryview(data)[start:stop])
+    meta = obj.get("meta_info") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def one_plain_event(decoder: SSEDecoder, chunk: bytes) -> bool:
+    """Whether ``chunk`` is exactly one whole ``data: ...`` line event with nothing before it:
+    what every read is when the client keeps up with a server that writes event by event.
+    Such a read needs no framing work beyond this one search for a newline."""
+    n = len(chunk)
+    return (
+        decoder.idle
+        and chunk.endswith(b"\n\n")
+        and chunk.startswith(b"data: ")
+        and chunk.find(b"\n", 6) == n - 2
+        and chunk[n - 3] != 0x0D  # "\r": a CR-framed event goes the general way
     )
 
 
@@ -72,10 +119,22 @@ class GenerateStreamParser:
         self.t_done = -1.0  # when [DONE] arrived; nothing after it is parsed
         self._decoder = SSEDecoder()
         self._last_ct = 0
-        self._last_payload: bytes | None = None  # the last event with a count
+        self._last_payload: Span | None = None  # the last event with a count
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Parse one read that arrived at ``t``; fails the record on an error event."""
+        if one_plain_event(self._decoder, chunk):
+            if chunk == _DONE_READ:
+                self.t_done = t
+                return
+            j = chunk.rfind(_CT_KEY)
+            if j >= 0:
+                ct = _int_after(chunk, j + _CT_LEN)
+                if ct > self._last_ct:
+                    self.rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                    self._last_ct = ct
+                    self._last_payload = (chunk, 6, len(chunk) - 2)
+                    return
         data, end = self._decoder.take(chunk)
         if end < 0:
             return
@@ -91,7 +150,7 @@ class GenerateStreamParser:
                 if c1 > last_ct and cl >= c1:
                     self.rec.add_read(t, c1 - last_ct, cl - last_ct, n)
                     self._last_ct = cl
-                    self._last_payload = data[start:stop]
+                    self._last_payload = (data, start, stop)
                 else:
                     scan = None  # a count that did not grow: event by event
         if scan is None:
@@ -106,20 +165,25 @@ class GenerateStreamParser:
             if data == DONE:
                 return True
             j = data.rfind(_CT_KEY)
-            if j < 0:
-                msg = error_message(orjson.loads(data))
+            if j >= 0:
+                ct = _int_after(data, j + _CT_LEN)
+            else:
+                obj = orjson.loads(data)
+                msg = error_message(obj)
                 if msg is not None:
                     rec.fail(short_error(f"error in stream: {msg}"))
                     return False
-                rec.events += 1
-                continue
-            ct = _int_after(data, j + _CT_LEN)
+                meta = obj.get("meta_info") if isinstance(obj, dict) else None
+                ct = meta.get("completion_tokens", -1) if isinstance(meta, dict) else -1
+                if not isinstance(ct, int) or ct < 0:  # no count ("key" : value spellings too)
+                    rec.events += 1
+                    continue
             if ct > self._last_ct:
                 rec.add_tokens(t, ct - self._last_ct)  # counts the event
                 self._last_ct = ct
             else:
                 rec.events += 1
-            self._last_payload = data
+            self._last_payload = (data, 0, len(data))
         return False
 
     def finish(self) -> None:
@@ -134,7 +198,7 @@ class GenerateStreamParser:
         if self._last_payload is None:
             rec.fail("stream finished without any token")
             return
-        meta = orjson.loads(self._last_payload).get("meta_info") or {}
+        meta = meta_info_of(self._last_payload)
         finish = meta.get("finish_reason")
         if not finish:
             rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
@@ -152,8 +216,11 @@ class GenerateStreamParser:
 class OpenAIStreamParser:
     """OpenAI completions/chat stream -> ``RequestRecord``, fed one network read at a time.
 
-    Tokens come from continuous usage stats when the server sends them, else one per content
-    chunk, reconciled with the final usage. Event by event: OpenAI chunks are small.
+    Tokens come from continuous usage stats when the server sends them (vLLM and SGLang with
+    ``continuous_usage_stats``: cumulative ``completion_tokens`` in every chunk), counted per
+    read like SGLang's native stream; else one per chunk with content (``delta.content``,
+    ``delta.reasoning_content`` or vLLM's newer ``delta.reasoning``: reasoning tokens are
+    output tokens too), reconciled with the final usage.
     """
 
     __slots__ = (
@@ -176,24 +243,67 @@ class OpenAIStreamParser:
         self._mode: Literal["usage", "chunks"] | None = None
         self._last_ct = 0
         self._final_usage: int | None = None
-        self._usage_payload: bytes | None = None
+        self._usage_payload: Span | None = None
         self._finish = False
 
     def feed(self, chunk: bytes, t: float) -> None:
         """Parse one read that arrived at ``t``; fails the record on an error or abort."""
+        if self._mode != "chunks" and one_plain_event(self._decoder, chunk):
+            if chunk == _DONE_READ:
+                self.t_done = t
+                return
+            j = chunk.rfind(_CT_KEY)
+            if j >= 0:
+                ct = _int_after(chunk, j + _CT_LEN)
+                fin = _FINISH.search(chunk)
+                if ct > self._last_ct and (fin is None or fin.group(1) != b"abort"):
+                    self._mode = "usage"
+                    self.rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                    self._last_ct = ct
+                    self._usage_payload = (chunk, 6, len(chunk) - 2)
+                    if fin is not None:
+                        self._finish = True
+                    return
+        data, end = self._decoder.take(chunk)
+        if end < 0:
+            return
+        done = _done_at_end(data, end)
+        stop = end - 14 if done else end
+        if self._mode != "chunks" and stop > 0:
+            scan = scan_data_lines(data, stop, _CT_KEY)
+            if scan is not None:
+                n, first, last, start, pstop = scan
+                c1 = _int_after(data, first + _CT_LEN)
+                cl = c1 if n == 1 else _int_after(data, last + _CT_LEN)
+                fin = _FINISH.search(data, 0, stop)
+                if c1 > self._last_ct and cl >= c1 and (fin is None or fin.group(1) != b"abort"):
+                    self._mode = "usage"
+                    self.rec.add_read(t, c1 - self._last_ct, cl - self._last_ct, n)
+                    self._last_ct = cl
+                    self._usage_payload = (data, start, pstop)
+                    if fin is not None:
+                        self._finish = True
+                    if done:
+                        self.t_done = t
+                    return
+        self._feed_events(payloads(data, end), t)
+
+    def _feed_events(self, events: list[bytes], t: float) -> None:
+        """The exact path: event by event."""
         rec = self.rec
-        for data in self._decoder.feed(chunk):
+        for data in events:
             if data == DONE:
                 self.t_done = t
                 return
-            if b'"finish_reason":"' in data:
-                if b'"finish_reason":"abort"' in data:
+            fin = _FINISH.search(data)
+            if fin is not None:
+                if fin.group(1) == b"abort":
                     rec.fail("request aborted by server (finish_reason abort)")
                     return
                 self._finish = True
             j = data.rfind(_CT_KEY)
             if j >= 0:
-                self._usage_payload = data
+                self._usage_payload = (data, 0, len(data))
                 ct = _int_after(data, j + _CT_LEN)
                 if self._mode != "chunks" and ct > self._last_ct:
                     self._mode = "usage"
@@ -232,7 +342,8 @@ class OpenAIStreamParser:
             # Chunks can carry several tokens; the server's count is the truth for throughput.
             rec.output_tokens = self._final_usage
         if self._usage_payload is not None:
-            usage = orjson.loads(self._usage_payload).get("usage") or {}
+            data, start, stop = self._usage_payload
+            usage = orjson.loads(memoryview(data)[start:stop]).get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
                 rec.prompt_tokens = usage["prompt_tokens"]
             details = usage.get("prompt_tokens_details") or {}
@@ -251,5 +362,8 @@ def _has_content(obj: object, chat: bool) -> bool:
     c0 = choices[0]
     if chat:
         delta = c0.get("delta") or {}
-        return bool(delta.get("content") or delta.get("reasoning_content"))
+        # vLLM sends reasoning in its own field: reasoning_content, renamed reasoning (vLLM #27755)
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+        )
     return bool(c0.get("text"))

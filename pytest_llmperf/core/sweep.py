@@ -23,11 +23,17 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
-from pytest_llmperf.base.results import LevelResult, Mode, ServerFacts, SweepResult, Workload
+from pytest_llmperf.base.results import (
+    LevelResult,
+    Mode,
+    ServerFacts,
+    SweepResult,
+    Workload,
+)
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
-from pytest_llmperf.core.monitor import LoopMonitor
+from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
     PROBE_TIMEOUT_S,
@@ -38,6 +44,7 @@ from pytest_llmperf.core.server_probe import (
     get_server_info,
     server_facts,
 )
+from pytest_llmperf.core.shard import new_loop, sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
@@ -211,9 +218,13 @@ async def _measure_level(
     scrape_metrics: bool,
     slo: Slo | None = None,
     sizing: ChatSizing | None = None,
+    client_processes: int = 1,
 ) -> LevelResult:
     n = workload.num_requests(concurrency)
     notes: list[str] = []
+    if client_processes > 1 and workload.request_rate is not None:
+        notes.append("open loop: one client process (sharding is for closed loops)")
+        client_processes = 1
     if sizing is not None and not sizing.exact:
         notes.append(
             f"chat prompts are {sizing.tokens(sizing.filler)} tokens, not {workload.input_len}: "
@@ -236,9 +247,21 @@ async def _measure_level(
         sampler.start()
     monitor.start()
     tracker.t0 = time.perf_counter()
+    shard_health = None
     try:
         async with asyncio.timeout(level_deadline_s(workload, concurrency)):
-            if workload.request_rate is None:
+            if client_processes > 1:
+                records, shard_health, shard_cpu = await sharded_closed_loop(
+                    gen,
+                    client_processes,
+                    concurrency,
+                    prompts,
+                    bodies,
+                    workload.output_len,
+                    tracker.add,
+                    level_deadline_s(workload, concurrency),
+                )
+            elif workload.request_rate is None:
                 records = await _closed_loop(
                     gen, concurrency, prompts, bodies, workload.output_len, tracker
                 )
@@ -258,6 +281,9 @@ async def _measure_level(
         server_metrics = await sampler.stop() if sampler is not None else None
         if gc_was_enabled:
             gc.enable()
+    cpu_s = monitor.cpu_s
+    if shard_health is not None:  # the parent only waited: the shards' loops are the client
+        health, cpu_s = shard_health, shard_cpu
     tracker.report("level-done")
     final = [
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
@@ -266,6 +292,7 @@ async def _measure_level(
     result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
     if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
+    health = with_token_cost(health, cpu_s, result.total_output_tokens)
     info = await get_server_info(gen.http)
     if info is not None:
         cap = effective_running_cap(info) or cap
@@ -362,6 +389,7 @@ async def run_sweep_async(
     server_mode: Mode = "attached",
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> SweepResult:
     """Sweep ``levels`` against the server at ``url`` in the running event loop.
 
@@ -400,6 +428,7 @@ async def run_sweep_async(
                     scrape_metrics=scrape_metrics,
                     slo=slo,
                     sizing=sizing,
+                    client_processes=client_processes,
                 )
             )
     return result
@@ -417,6 +446,7 @@ async def run_level_async(
     warmup: bool = True,
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> LevelResult:
     """One level (flush -> run -> server_info), with its own client, in the running loop.
 
@@ -453,17 +483,10 @@ async def run_level_async(
             scrape_metrics=scrape_metrics,
             slo=slo,
             sizing=sizing,
+            client_processes=client_processes,
         )
         level.first_request_ms = first_ms
         return level
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # optional: halves the client's CPU per event where available
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout_s: float) -> T:
@@ -475,7 +498,7 @@ def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout_s: float) -> T:
 
     def target() -> None:
         try:
-            with asyncio.Runner(loop_factory=_new_loop) as runner:
+            with asyncio.Runner(loop_factory=new_loop) as runner:
                 box["result"] = runner.run(factory())  # type: ignore[arg-type]
         except BaseException as e:  # handed to the caller's thread
             box["error"] = e
@@ -505,6 +528,7 @@ def run_sweep(
     server_mode: Mode = "attached",
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> SweepResult:
     """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
     levels = validate_levels(levels)
@@ -522,6 +546,7 @@ def run_sweep(
             server_mode=server_mode,
             slo=slo,
             prompt_start=prompt_start,
+            client_processes=client_processes,
         ),
         timeout_s=sweep_deadline_s(workload, levels),
     )
@@ -539,6 +564,7 @@ def run_level(
     warmup: bool = True,
     slo: Slo | None = None,
     prompt_start: int = 0,
+    client_processes: int = 1,
 ) -> LevelResult:
     """Blocking ``run_level_async`` in its own loop and thread."""
     validate_levels([concurrency])
@@ -555,6 +581,7 @@ def run_level(
             warmup=warmup,
             slo=slo,
             prompt_start=prompt_start,
+            client_processes=client_processes,
         ),
         timeout_s=sweep_deadline_s(workload, [concurrency]),
     )

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from pytest_llmperf.core.metrics import compute_level, distinct_errors, summarize_ms
-from pytest_llmperf.core.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, judge_health
+from pytest_llmperf.core.monitor import (
+    CPU_PERCENT_LIMIT,
+    LOOP_LAG_P99_LIMIT_MS,
+    judge_health,
+    with_token_cost,
+)
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
     accept_length,
@@ -101,6 +106,22 @@ def test_health_thresholds() -> None:
     assert laggy.saturated and "lag" in (laggy.reason or "")
     busy = judge_health([0.1] * 50, cpu_percent=CPU_PERCENT_LIMIT + 5)
     assert busy.saturated and "CPU" in (busy.reason or "")
+
+
+def test_saturated_client_says_how_many_processes_it_needs() -> None:
+    busy = judge_health([0.1] * 50, cpu_percent=170.0)  # threads can take more than a core
+    costed = with_token_cost(busy, cpu_s=25.0, output_tokens=1_000_000)  # 25 µs a token
+    assert costed.cpu_us_per_output_token == 25.0
+    assert costed.output_tok_s_ceiling == round(CPU_PERCENT_LIMIT / 100 / 25e-6)
+    assert costed.processes_needed == 4  # 170 % of a core at <= 50 % each
+    assert "needs at least 4 client processes" in (costed.reason or "")
+    assert "~36,000 tok/s" in (costed.reason or "")
+    at_limit = with_token_cost(judge_health([0.1] * 50, cpu_percent=95.0), 1.0, 100_000)
+    assert at_limit.processes_needed == 2  # saturated always needs more than one
+    calm = with_token_cost(judge_health([1.0] * 50, cpu_percent=40.0), 1.0, 100_000)
+    assert calm.processes_needed is None and calm.reason is None
+    assert calm.cpu_us_per_output_token == 10.0
+    assert with_token_cost(busy, 1.0, 0) == busy  # no tokens: nothing to cost
 
 
 def test_effective_cap_sums_dp_ranks_and_falls_back() -> None:

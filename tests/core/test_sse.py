@@ -72,7 +72,22 @@ def test_take_hands_back_complete_events_unsplit() -> None:
     assert data[:end] == b'data: {"a":1}\n\ndata: {"b":2}'
     assert payloads(data, end) == [b'{"a":1}', b'{"b":2}']
     assert dec.pending == b'data: {"c"'
-    assert dec.take(b":3}") == (b'data: {"c":3}', -1)  # nothing complete yet
+    assert dec.take(b":3}")[1] == -1  # nothing complete yet
+    assert dec.pending == b'data: {"c":3}'
+    data, end = dec.take(b"\n\n")
+    assert data[:end] == b'data: {"c":3}'
+    assert dec.pending == b""
+
+
+def test_an_event_larger_than_its_reads_is_joined_once_when_it_ends() -> None:
+    event = b'data: {"text":"' + b"x" * 5000 + b'"}'
+    dec = SSEDecoder()
+    for i in range(0, len(event), 700):
+        assert dec.take(event[i : i + 700])[1] == -1
+    dec.take(b"\n")  # the blank line itself split across reads
+    data, end = dec.take(b"\ndata: {")
+    assert payloads(data, end) == [event[6:]]
+    assert dec.pending == b"data: {"
 
 
 def test_scan_counts_plain_events_and_finds_the_key() -> None:

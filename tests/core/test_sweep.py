@@ -59,7 +59,10 @@ def test_every_level_sends_fresh_prompts_deterministically(fake_server: FakeServ
     assert len(set(firsts)) == len(firsts) == 13
     fake_server.reset()
     run_sweep(fake_server.url, [2, 4], SMALL)  # the same command sends the same prompts
-    assert [tuple(b["input_ids"]) for b in fake_server.state.bodies] == [warm, *level2, *level4]
+    again = [tuple(b["input_ids"]) for b in fake_server.state.bodies]
+    # per level, in any order: concurrent requests reach the server in whatever order they do
+    assert again[0] == warm
+    assert sorted(again[1:5]) == sorted(level2) and sorted(again[5:]) == sorted(level4)
     fake_server.reset()
     # a later measurement of the same server starts past them: nothing repeats
     run_level(fake_server.url, 4, SMALL, prompt_start=12)
@@ -142,3 +145,19 @@ def test_chat_prompts_sized_to_the_servers_count(fake_server: FakeServer) -> Non
     assert check_level(lv, w) == []  # template cache hits are expected, not invalid
     probes = fake_server.state.bodies[1:3]  # after the warm-up
     assert all(b["max_completion_tokens"] == 1 for b in probes)
+
+
+def test_a_level_sharded_over_client_processes_merges_exactly(fake_server: FakeServer) -> None:
+    fake_server.config.step_s = 0.004
+    fake_server.config.tokens_per_event = (1, 3)
+    lv = run_level(fake_server.url, 6, SMALL, warmup=False, client_processes=2)
+    assert fake_server.state.max_running == 6  # C split over the processes, all in flight
+    assert lv.num_requests == 12 == fake_server.state.requests == lv.completed
+    assert lv.total_output_tokens == 12 * 12
+    # every request once: the shards sent disjoint prompts, merged by index
+    sent = sorted(tuple(b["input_ids"]) for b in fake_server.state.bodies)
+    assert len(set(sent)) == 12
+    assert lv.client is not None and lv.client.transport.endswith("x2 processes")
+    assert lv.client.cpu_us_per_output_token is not None
+    # one time base: the merged level's duration covers the shards' requests and no more
+    assert 0 < lv.duration < 5 and lv.mean_ttft_ms is not None and lv.mean_ttft_ms < 1000

@@ -1,0 +1,239 @@
+"""One closed-loop level sharded over client processes, its numbers merged exactly.
+
+One Python process ingests a bounded number of tokens per second (``ClientHealth`` says how
+many, and how many processes a saturated level needs). Beyond that, shard ``k`` of ``k``
+processes sends requests ``k, k + n, ...`` with its share of the concurrency, and the level is
+computed from all records together: every stamp is ``time.perf_counter()``, which on Linux and
+macOS reads the system-wide monotonic clock, so stamps from different processes on one machine
+share a time base, and ``compute_level`` needs nothing but the records. All shards are started,
+opened and ready before any sends (a start barrier), so the level's duration is not stretched
+by process start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_llmperf.base.errors import LLMPerfError
+from pytest_llmperf.base.results import ClientHealth
+from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.monitor import LoopMonitor
+from pytest_llmperf.core.records import RequestRecord
+
+SHARD_READY_TIMEOUT_S = 120.0  # spawn + imports on a loaded machine
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """The load generator's event loop: uvloop where installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # optional: halves the client's CPU per event where available
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class ShardError(LLMPerfError, RuntimeError):
+    """A client process could not start or did not report back."""
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Everything one client process needs (picklable: it crosses a process boundary)."""
+
+    base_url: str
+    backend: str
+    api_key: str | None = field(repr=False)  # never in a repr or a log
+    model: str | None
+    temperature: float
+    extensions: bool
+    request_timeout_s: float
+    output_len: int
+    concurrency: int
+    indices: list[int]
+    prompts: list[Sequence[int] | str]
+    bodies: list[bytes]
+
+
+@dataclass
+class ShardResult:
+    records: list[RequestRecord]
+    health: ClientHealth
+    cpu_s: float
+
+
+def shard_specs(
+    processes: int,
+    concurrency: int,
+    prompts: Sequence[Sequence[int] | str],
+    bodies: Sequence[bytes],
+    base: ShardSpec,
+) -> list[ShardSpec]:
+    """Split a level: request i goes to shard i % k; C is split as evenly as it goes."""
+    k = max(1, min(processes, concurrency, len(bodies)))
+    specs = []
+    for s in range(k):
+        idx = list(range(s, len(bodies), k))
+        c = concurrency // k + (1 if s < concurrency % k else 0)
+        specs.append(
+            ShardSpec(
+                **{
+                    **base.__dict__,
+                    "concurrency": c,
+                    "indices": idx,
+                    "prompts": [prompts[i] for i in idx],
+                    "bodies": [bodies[i] for i in idx],
+                }
+            )
+        )
+    return specs
+
+
+async def _shard_requests(gen: LoadGenerator, spec: ShardSpec) -> list[RequestRecord]:
+    """Closed loop inside one shard: ``spec.concurrency`` workers over its request list."""
+    records: list[RequestRecord] = []
+    pos = 0
+    n = len(spec.bodies)
+
+    async def worker() -> None:
+        nonlocal pos
+        while pos < n:  # bounded: each pass consumes one request
+            j = pos
+            pos += 1
+            records.append(
+                await gen.request(
+                    spec.indices[j], spec.prompts[j], spec.output_len, body=spec.bodies[j]
+                )
+            )
+
+    await asyncio.gather(*(worker() for _ in range(min(spec.concurrency, n))))
+    return records
+
+
+def _shard_main(spec: ShardSpec, ready: queue.Queue[object], go: object, out: object) -> None:
+    """A client process: open the generator, say ready, wait for go, measure, send records."""
+
+    async def main() -> ShardResult:
+        async with LoadGenerator(
+            spec.base_url,
+            spec.backend,  # type: ignore[arg-type]
+            api_key=spec.api_key,
+            request_timeout_s=spec.request_timeout_s,
+            model=spec.model,
+            temperature=spec.temperature,
+            extensions=spec.extensions,
+        ) as gen:
+            ready.put(None)
+            await asyncio.to_thread(go.wait, SHARD_READY_TIMEOUT_S)  # type: ignore[attr-defined]
+            monitor = LoopMonitor()
+            monitor.start()
+            records = await _shard_requests(gen, spec)
+            health = await monitor.stop()
+            return ShardResult(records, health, monitor.cpu_s)
+
+    try:
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            out.put(runner.run(main()))  # type: ignore[attr-defined]
+    except BaseException as e:
+        ready.put(e)  # a shard that failed before ready still answers the barrier
+        out.put(ShardError(f"client process failed: {type(e).__name__}: {e}"))  # type: ignore[attr-defined]
+
+
+def merge_health(results: Sequence[ShardResult]) -> ClientHealth:
+    """One level's health from its shards: the worst shard decides, CPU is per process."""
+    hs = [r.health for r in results]
+    reasons = [h.reason for h in hs if h.reason]
+    return ClientHealth(
+        transport=f"{hs[0].transport} x{len(hs)} processes",
+        cpu_percent=max(h.cpu_percent for h in hs),
+        loop_lag_p99_ms=max(h.loop_lag_p99_ms for h in hs),
+        loop_lag_max_ms=max(h.loop_lag_max_ms for h in hs),
+        loop_lag_samples=sum(h.loop_lag_samples for h in hs),
+        saturated=any(h.saturated for h in hs),
+        reason="; ".join(dict.fromkeys(reasons)) or None,
+    )
+
+
+async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[ShardResult]:
+    """Start one process per spec, release them together, collect their records."""
+    ctx = multiprocessing.get_context("spawn")  # no fork of a running event loop
+    ready: multiprocessing.Queue[object] = ctx.Queue()
+    out: multiprocessing.Queue[object] = ctx.Queue()
+    go = ctx.Event()
+    procs = [ctx.Process(target=_shard_main, args=(s, ready, go, out), daemon=True) for s in specs]
+    try:
+        for p in procs:
+            p.start()
+        for _ in procs:
+            try:
+                msg = await asyncio.to_thread(ready.get, True, SHARD_READY_TIMEOUT_S)
+            except queue.Empty:
+                raise ShardError(
+                    f"client processes were not ready within {SHARD_READY_TIMEOUT_S:.0f}s"
+                ) from None
+            if isinstance(msg, BaseException):
+                raise ShardError(f"a client process failed to start: {msg!r}")
+        go.set()
+        end = time.monotonic() + deadline_s
+        results: list[ShardResult] = []
+        for _ in procs:
+            left = max(1.0, end - time.monotonic())
+            try:
+                res = await asyncio.to_thread(out.get, True, left)
+            except queue.Empty:
+                raise ShardError(
+                    f"client processes did not report within {deadline_s:.0f}s"
+                ) from None
+            if isinstance(res, BaseException):
+                raise res
+            if not isinstance(res, ShardResult):
+                raise ShardError(f"a client process sent {type(res).__name__}, not its records")
+            results.append(res)
+        return results
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+
+async def sharded_closed_loop(
+    gen: LoadGenerator,
+    processes: int,
+    concurrency: int,
+    prompts: Sequence[Sequence[int] | str],
+    bodies: Sequence[bytes],
+    output_len: int,
+    on_record: Callable[[RequestRecord], None],
+    deadline_s: float,
+) -> tuple[list[RequestRecord | None], ClientHealth, float]:
+    """A closed-loop level over ``processes`` client processes configured like ``gen``: the
+    records by request index, the merged health, and the shards' CPU seconds together."""
+    base = ShardSpec(
+        base_url=gen.base_url,
+        backend=gen.backend,
+        api_key=gen.api_key,
+        model=gen.model,
+        temperature=gen.temperature,
+        extensions=gen.extensions,
+        request_timeout_s=gen.request_timeout_s,
+        output_len=output_len,
+        concurrency=concurrency,
+        indices=[],
+        prompts=[],
+        bodies=[],
+    )
+    results = await run_sharded(
+        shard_specs(processes, concurrency, prompts, bodies, base), deadline_s
+    )
+    records: list[RequestRecord | None] = [None] * len(bodies)
+    for res in results:
+        for rec in res.records:
+            records[rec.index] = rec
+            on_record(rec)
+    return records, merge_health(results), sum(r.cpu_s for r in results)
