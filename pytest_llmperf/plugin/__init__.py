@@ -278,6 +278,7 @@ def _sweep_check_kwargs(request: pytest.FixtureRequest, run: PerfRun) -> dict[st
         "nodeid": where,
         "on_properties": _properties(request),
         "on_result": llm.sweep_checks.append,
+        "policy": llm.validity_policy(suite, marker, where),
     }
 
 
@@ -300,7 +301,9 @@ def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> C
     param: CrossoverParam = request.param
     suite = _session(request.config).suites[param.suite_path]
     kwargs = _sweep_check_kwargs(request, llmperf_run)
-    return CrossoverCheck(spec=suite.crossovers[param.index], **kwargs)
+    llm, _, marker = _settings_for(request)
+    max_reruns = llm.effective(suite, marker, "max_reruns", request.node.nodeid)
+    return CrossoverCheck(spec=suite.crossovers[param.index], max_reruns=max_reruns, **kwargs)
 
 
 @pytest.fixture

@@ -206,7 +206,9 @@ def judge_run(
         )
     out.gates = evaluate_gates(gates, run.sweeps, policy=policy)
     for spec in crossovers:
-        out.crossovers.extend(compare_crossover(spec, run.sweeps, store, run.hardware))
+        out.crossovers.extend(
+            compare_crossover(spec, run.sweeps, store, run.hardware, policy=policy)
+        )
     return out
 
 

@@ -31,8 +31,15 @@ from pytest_llmperf.verdicts.baseline import (
     summarize,
 )
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
-from pytest_llmperf.verdicts.crossover import CrossoverRule, crossover_why, judge_sweep_metric
-from pytest_llmperf.verdicts.gates import Gate, GateResult, crossover_concurrency, evaluate_gate
+from pytest_llmperf.verdicts.crossover import (
+    CrossoverEstimate,
+    CrossoverRule,
+    crossover_message,
+    crossover_why,
+    estimate_crossover,
+    judge_sweep_metric,
+)
+from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
@@ -282,6 +289,7 @@ class SweepMetricCheck:
     nodeid: str = ""
     on_properties: Properties | None = None
     on_result: Callable[[SweepCheckResult], None] | None = None
+    policy: ValidityPolicy | None = None
     value: int | None = None
 
     metric_name = "crossover_concurrency"
@@ -329,6 +337,9 @@ class SweepMetricCheck:
         value = self.measure()
         entry = self.store.get(self.key)
         _, base = judge_sweep_metric(value, entry, self.metric_name)
+        return self._judge_value(value, entry, base)
+
+    def _properties(self, value: int, base: int | None) -> None:
         if self.on_properties is not None:
             self.on_properties(
                 [
@@ -336,6 +347,10 @@ class SweepMetricCheck:
                     (f"llmperf.{self.metric_name}.baseline", str(base)),
                 ]
             )
+
+    def _judge_value(self, value: int, entry: BaselineEntry | None, base: int | None) -> Outcome:
+        """Record under update, MISSING without a baseline, else below fails / above is stale."""
+        self._properties(value, base)
         if self.update:
             if base != value:
                 self._record(value, entry)
@@ -379,6 +394,8 @@ class CrossoverCheck(SweepMetricCheck):
     """The largest C where ``config`` still beats ``reference``, held to its baseline."""
 
     spec: CrossoverSpec | None = None
+    max_reruns: int = 2
+    estimate: CrossoverEstimate | None = None
 
     metric_name = "crossover_concurrency"
 
@@ -404,15 +421,69 @@ class CrossoverCheck(SweepMetricCheck):
         return f"crossover {self._spec.label}"
 
     def compute(self, sweeps: dict[str, SweepResult]) -> int | None:
-        return crossover_concurrency(
-            sweeps[self._spec.config], sweeps[self._spec.reference], self._spec.metric
+        spec = self._spec
+        self.estimate = estimate_crossover(
+            sweeps[spec.config], sweeps[spec.reference], spec.metric, policy=self.policy
         )
+        return self.estimate.value
+
+    def _rule(self) -> CrossoverRule:
+        spec = self._spec
+        return CrossoverRule(spec.config, spec.reference, spec.metric, spec.name)
+
+    def judge(self) -> Outcome:
+        """Fail only when the crossover fell below its baseline beyond the noise; a level
+        inside the noise margin is re-measured on fresh launches (``max_reruns``) and, if the
+        interval still straddles the baseline, the verdict is inconclusive (a warning); an
+        invalid level it needs is INVALID, never a pass or a fail."""
+        value = self.measure()
+        entry = self.store.get(self.key)
+        _, base = judge_sweep_metric(value, entry, self.metric_name)
+        if self.update or base is None:
+            return self._judge_value(value, entry, base)
+        est = self.estimate
+        assert est is not None
+        verdict = est.judge(base)
+        for _ in range(self.max_reruns):
+            if verdict != Verdict.INCONCLUSIVE or not est.ties:
+                break
+            try:
+                for name in self.configs:
+                    for c in est.ties:
+                        n = len(self.run.samples(name, self.workload, c))
+                        self.run.ensure(name, self.workload, c, n + 1, independent=True)
+            except PointError:
+                break
+            value = self.measure()
+            est = self.estimate
+            assert est is not None
+            verdict = est.judge(base)
+        self._properties(value, base)
+        levels = sorted(self.levels)
+        sweeps = [self.run.sweep(n, self.workload) for n in self.configs]
+        msg = crossover_message(self._rule(), est, base, verdict, levels, *sweeps)
+        self._report(value, base, verdict.value)
+        if verdict == Verdict.FAIL:
+            return Outcome.fail(msg)
+        if verdict == Verdict.INVALID:
+            return Outcome.fail(f"INVALID measurement (not a performance verdict): {msg}")
+        if verdict == Verdict.INCONCLUSIVE:
+            return Outcome(warnings=[("inconclusive", msg)])
+        out = Outcome()
+        if est.low > base:
+            out.warnings.append(
+                (
+                    "stale",
+                    f"{self.label}: {self.metric_name} rose from C={base} to C={est.low} (at "
+                    "least, beyond noise); the baseline is stale (re-record with --llmperf-update)",
+                )
+            )
+        return out
 
     def why(self, value: int, base: int) -> str:
         spec = self._spec
-        rule = CrossoverRule(spec.config, spec.reference, spec.metric, spec.name)
         return crossover_why(
-            rule,
+            self._rule(),
             value,
             base,
             self.levels,

@@ -1,27 +1,35 @@
 """The crossover concurrency of a pair of sweeps, held to its baseline like any metric.
 
-One verdict for the pytest check (``plugin/checks.py``'s ``CrossoverCheck``) and for
-``llmperf compare``: the number fell below its baseline → FAIL, no baseline → MISSING, it rose
-→ PASS but stale. The entry lives at concurrency ``SWEEP_LEVEL`` of the config's baseline file.
+One verdict for the pytest check (``run/checks.py``'s ``CrossoverCheck``) and for
+``llmperf compare``. The crossover is read with its noise (``estimate_crossover``): a level
+where the two configs differ by less than the gates' noise margin is a tie, so the crossover is
+an interval [low, high]; it FAILs only when even high is below the baseline, PASSes when low
+reaches it, and is INCONCLUSIVE in between; an invalid level it needs makes it INVALID. No
+baseline → MISSING; a rise → PASS but stale. The entry lives at concurrency ``SWEEP_LEVEL`` of
+the config's baseline file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytest_llmperf.base.metric_defs import metric as metric_def
-from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
 from pytest_llmperf.verdicts.compare import Verdict
-from pytest_llmperf.verdicts.gates import crossover_concurrency
+from pytest_llmperf.verdicts.gates import gate_margin
+from pytest_llmperf.verdicts.stats import NoiseRule
+from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
+    "CrossoverEstimate",
     "CrossoverRule",
     "SweepMetricResult",
     "compare_crossover",
     "crossover_why",
+    "estimate_crossover",
     "judge_sweep_metric",
 ]
 
@@ -58,6 +66,110 @@ class SweepMetricResult:
 
     def line(self) -> str:
         return f"{self.label}: C={self.value} (baseline {self.baseline}) {self.verdict.value}"
+
+
+@dataclass(frozen=True)
+class CrossoverEstimate:
+    """Where ``config`` stops beating ``reference``, with its uncertainty.
+
+    ``value`` reads the means as they are (ties broken by a hair); ``low`` counts a level
+    inside the noise margin as a loss and ``high`` as a win, so the true crossover lies in
+    [low, high]. 0 means "loses already at the smallest C". ``invalid`` names a level the walk
+    needed but could not judge; ``complete`` is False when that happened before a clear loss.
+    """
+
+    value: int
+    low: int
+    high: int
+    complete: bool = True
+    ties: tuple[int, ...] = ()
+    invalid: tuple[str, ...] = ()
+    margins: dict[int, float] = field(default_factory=dict)
+
+    def judge(self, base: int) -> Verdict:
+        """FAIL only when certainly below ``base``, PASS when certainly at or above it."""
+        if self.low >= base:
+            return Verdict.PASS
+        if self.complete and self.high < base:
+            return Verdict.FAIL
+        return Verdict.INCONCLUSIVE if self.complete else Verdict.INVALID
+
+    def note(self) -> str:
+        """What made the verdict uncertain, for the message."""
+        parts = []
+        if self.ties:
+            levels = ", ".join(f"C={c} (margin {100 * self.margins[c]:.1f} %)" for c in self.ties)
+            parts.append(f"inside the noise at {levels}: the crossover lies in C={self.low}..")
+            parts[-1] += f"C={self.high}"
+        parts.extend(self.invalid)
+        return "; ".join(parts)
+
+
+def _valid(
+    levels: Sequence[LevelResult], sweep: SweepResult, policy: ValidityPolicy | None
+) -> list[LevelResult]:
+    return [lv for lv in levels if not check_level(lv, sweep.workload, policy)]
+
+
+def estimate_crossover(
+    config_sweep: SweepResult,
+    reference_sweep: SweepResult,
+    metric: str = "output_throughput",
+    *,
+    policy: ValidityPolicy | None = None,
+    rule: NoiseRule | None = None,
+) -> CrossoverEstimate:
+    """Walk the common levels upward on every valid sample's judged value (their mean), with
+    the gates' launch-noise margin (``gates.gate_margin``) deciding what is a tie.
+
+    A level with no valid sample on a side ends the walk: above it nothing is known."""
+    rule = rule or NoiseRule()
+    higher = metric_def(metric).direction == "higher"
+    common = sorted(
+        {lv.max_concurrency for lv in config_sweep.levels}
+        & {lv.max_concurrency for lv in reference_sweep.levels}
+    )
+    value = low = high = 0
+    done_value = done_low = done_high = False
+    ties: list[int] = []
+    margins: dict[int, float] = {}
+    invalid: list[str] = []
+    for c in common:
+        sa, sb = config_sweep.samples(c), reference_sweep.samples(c)
+        va_all, vb_all = _valid(sa, config_sweep, policy), _valid(sb, reference_sweep, policy)
+        if not va_all or not vb_all:
+            bad = [(config_sweep, sa)] if not va_all else []
+            bad += [(reference_sweep, sb)] if not vb_all else []
+            reasons = [
+                f"{sw.config}: {r}" for sw, s in bad for r in check_level(s[0], sw.workload, policy)
+            ] or ["no valid sample"]
+            invalid.append(f"C={c} is invalid ({'; '.join(reasons)})")
+            break
+        va = _mean(va_all, metric)
+        vb = _mean(vb_all, metric)
+        if va is None or vb is None or not vb:
+            continue
+        diff = (va - vb) / vb if higher else (vb - va) / vb  # > 0: config is better
+        m = gate_margin(va_all, vb_all, metric, rule)
+        margins[c] = m
+        if abs(diff) <= m and not done_high:
+            ties.append(c)
+        if not done_value:
+            done_value = diff <= 0
+            value = value if done_value else c
+        if not done_low:
+            done_low = diff <= m
+            low = low if done_low else c
+        if not done_high:
+            done_high = diff < -m
+            high = high if done_high else c
+    complete = done_high or not invalid
+    return CrossoverEstimate(value, low, high, complete, tuple(ties), tuple(invalid), margins)
+
+
+def _mean(levels: Sequence[LevelResult], name: str) -> float | None:
+    vals = [v for lv in levels if (v := lv.judged_value(name)) is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def judge_sweep_metric(
@@ -103,8 +215,11 @@ def compare_crossover(
     sweeps: Sequence[SweepResult],
     store: BaselineStore,
     hardware: str,
+    *,
+    policy: ValidityPolicy | None = None,
 ) -> list[SweepMetricResult]:
-    """Judge ``rule`` once per workload measured for both of its configs in ``sweeps``.
+    """Judge ``rule`` once per workload measured for both of its configs in ``sweeps``, with
+    the noise and validity of ``estimate_crossover``.
 
     A pair that was not measured at all is INVALID: the run cannot say where the crossover is.
     """
@@ -123,22 +238,15 @@ def compare_crossover(
         )
         if ref is None:
             continue
-        value = crossover_concurrency(sweep, ref, rule.metric) or 0
+        est = estimate_crossover(sweep, ref, rule.metric, policy=policy)
         key = EntryKey(hardware, rule.config, sweep.workload.key(), SWEEP_LEVEL)
-        verdict, base = judge_sweep_metric(value, store.get(key))
-        if verdict == Verdict.MISSING:
-            message = (
-                f"{label}: {CROSSOVER_METRIC} C={value} has no baseline; record it with "
-                "pytest --llmperf-update"
-            )
-        elif verdict == Verdict.FAIL:
-            assert base is not None
-            levels = sorted(lv.max_concurrency for lv in sweep.levels)
-            message = crossover_why(rule, value, base, levels, sweep, ref)
-        else:
-            message = ""
-        stale = base is not None and value > base
-        out.append(SweepMetricResult(label, value, base, verdict, message, stale))
+        verdict, base = judge_sweep_metric(est.value, store.get(key))
+        if base is not None:
+            verdict = est.judge(base)
+        levels = sorted(lv.max_concurrency for lv in sweep.levels)
+        message = crossover_message(rule, est, base, verdict, levels, sweep, ref)
+        stale = base is not None and est.low > base
+        out.append(SweepMetricResult(label, est.value, base, verdict, message, stale))
     if not out:
         out.append(
             SweepMetricResult(
@@ -151,3 +259,32 @@ def compare_crossover(
             )
         )
     return out
+
+
+def crossover_message(
+    rule: CrossoverRule,
+    est: CrossoverEstimate,
+    base: int | None,
+    verdict: Verdict,
+    levels: Sequence[int],
+    config_sweep: SweepResult,
+    reference_sweep: SweepResult,
+) -> str:
+    """The sentence for a crossover verdict that is not a plain pass ("" for a pass)."""
+    label = f"crossover {rule.label}"
+    if verdict == Verdict.MISSING or base is None:
+        return (
+            f"{label}: {CROSSOVER_METRIC} C={est.value} has no baseline; record it with "
+            "pytest --llmperf-update"
+        )
+    if verdict == Verdict.FAIL:
+        msg = crossover_why(rule, est.value, base, levels, config_sweep, reference_sweep)
+        return msg + (f"; {est.note()}" if est.ties else "")
+    if verdict == Verdict.INCONCLUSIVE:
+        return (
+            f"{label}: crossover C={est.value} against baseline C={base} is inconclusive: "
+            + est.note()
+        )
+    if verdict == Verdict.INVALID:
+        return f"{label}: cannot place the crossover (baseline C={base}): {est.note()}"
+    return ""

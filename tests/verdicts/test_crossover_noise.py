@@ -1,0 +1,100 @@
+"""The crossover read with its noise: ties inside the gates' margin, invalid levels, verdicts."""
+
+from __future__ import annotations
+
+from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.verdicts.baseline import BaselineStore, summarize
+from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
+from pytest_llmperf.verdicts.compare import Verdict
+from pytest_llmperf.verdicts.crossover import CrossoverRule, compare_crossover, estimate_crossover
+
+from . import MTP, PLAIN, make_level, make_sweep
+
+PLAIN_SWEEP = make_sweep("plain", PLAIN)
+MTP_SWEEP = make_sweep("mtp", MTP, cap=48, accept=2.0)
+
+
+def _with_repeats(sweep: SweepResult, factors: dict[int, list[float]]) -> SweepResult:
+    """Extra samples of some levels, each from its own launch, at ``factor`` × the first."""
+    repeats = {}
+    for c, fs in factors.items():
+        first = sweep.level(c)
+        assert first is not None
+        repeats[c] = [
+            make_level(c, first.output_throughput * f).model_copy(update={"launch": f"L{i}"})
+            for i, f in enumerate(fs, 1)
+        ]
+    levels = [lv.model_copy(update={"launch": "L0"}) for lv in sweep.levels]
+    return sweep.model_copy(update={"levels": levels, "repeats": repeats})
+
+
+def test_clear_differences_give_a_point_crossover() -> None:
+    est = estimate_crossover(MTP_SWEEP, PLAIN_SWEEP)
+    # C=32: mtp 1502 vs plain 1359 (+10.5 %) beats the 5.7 % single-launch margin; C=64 loses 32 %.
+    assert (est.value, est.low, est.high) == (32, 32, 32)
+    assert est.ties == () and est.complete
+    assert est.judge(32) == Verdict.PASS
+    assert est.judge(64) == Verdict.FAIL
+    assert est.judge(16) == Verdict.PASS
+
+
+def test_a_level_inside_the_noise_makes_an_interval() -> None:
+    plain = make_sweep("plain", {1: 100, 4: 300, 16: 900, 64: 2000})
+    mtp = make_sweep("mtp", {1: 130, 4: 390, 16: 920, 64: 1500})  # C=16: +2.2 %, a tie
+    est = estimate_crossover(mtp, plain)
+    assert (est.value, est.low, est.high) == (16, 4, 16)
+    assert est.ties == (16,)
+    assert est.judge(16) == Verdict.INCONCLUSIVE  # could be 4, could be 16
+    assert est.judge(4) == Verdict.PASS
+    assert est.judge(64) == Verdict.FAIL  # even counting the tie as a win, it is below 64
+    assert "C=16 (margin 5.7 %)" in est.note() and "C=4..C=16" in est.note()
+
+
+def test_measured_launch_noise_widens_the_margin() -> None:
+    plain = make_sweep("plain", {1: 100, 4: 300, 16: 900})
+    mtp = make_sweep("mtp", {1: 130, 4: 390, 16: 1000})  # C=16: +11 %
+    quiet = estimate_crossover(mtp, plain)
+    assert (quiet.low, quiet.high) == (16, 16)
+    # Three launches per side that scatter by ±20 %: the 11 % lead at C=16 is now a tie.
+    noisy = estimate_crossover(
+        _with_repeats(mtp, {16: [0.8, 1.2]}), _with_repeats(plain, {16: [1.2, 0.8]})
+    )
+    assert 16 in noisy.ties and noisy.low == 4 and noisy.high == 16
+
+
+def test_an_invalid_level_on_the_walk_is_invalid_not_a_verdict() -> None:
+    plain = make_sweep("plain", {1: 100, 4: 300, 16: 900})
+    mtp = make_sweep("mtp", {1: 130, 4: 390, 16: 1000})
+    bad = mtp.model_copy(
+        update={"levels": [mtp.levels[0], make_level(4, 390, failed=3), mtp.levels[2]]}
+    )
+    est = estimate_crossover(bad, plain)
+    assert not est.complete and est.invalid and "C=4 is invalid" in est.invalid[0]
+    assert "mtp: " in est.invalid[0]
+    assert est.judge(16) == Verdict.INVALID
+    assert est.judge(1) == Verdict.PASS  # C=1 was won before the invalid level
+
+
+def test_an_invalid_level_after_a_clear_loss_does_not_matter() -> None:
+    plain = make_sweep("plain", {1: 100, 4: 300, 16: 900})
+    mtp = make_sweep("mtp", {1: 130, 4: 200, 16: 1000})
+    bad = mtp.model_copy(update={"levels": [*mtp.levels[:2], make_level(16, 1000, failed=3)]})
+    est = estimate_crossover(bad, plain)
+    assert est.complete and (est.low, est.high) == (1, 1)
+    assert est.judge(4) == Verdict.FAIL
+
+
+def test_compare_crossover_reports_the_interval(tmp_path) -> None:
+    store = BaselineStore(tmp_path)
+    key = EntryKey("hw", "mtp", PLAIN_SWEEP.workload.key(), SWEEP_LEVEL)
+    summary = summarize("crossover_concurrency", [16.0], reference="plain")
+    store.queue_update(key, BaselineEntry(metrics={"crossover_concurrency": summary}))
+    store.flush()
+    plain = make_sweep("plain", {1: 100, 4: 300, 16: 900, 64: 2000})
+    mtp = make_sweep("mtp", {1: 130, 4: 390, 16: 920, 64: 1500})
+    (res,) = compare_crossover(CrossoverRule("mtp", "plain"), [mtp, plain], store, "hw")
+    assert res.verdict == Verdict.INCONCLUSIVE
+    assert "inconclusive" in res.message and "C=4..C=16" in res.message
+    clear = make_sweep("mtp", {1: 130, 4: 390, 16: 700, 64: 1500})
+    (res,) = compare_crossover(CrossoverRule("mtp", "plain"), [clear, plain], store, "hw")
+    assert res.verdict == Verdict.FAIL and "fell from C=16 to C=4" in res.message
