@@ -22,6 +22,8 @@ def resolve_settings(config: pytest.Config) -> dict[str, Any]:
         out[s.name] = resolve(s.name, cli=cli, ini=ini, ini_source=ini_source)
         if cli not in (None, False) or os.environ.get(s.env_var) or ini not in (None, "", []):
             explicit.add(s.name)
+    if out.get("rerecord"):
+        out["update"] = True  # re-recording is an update that also rewrites passing entries
     out["_explicit"] = frozenset(explicit)
     return out
 

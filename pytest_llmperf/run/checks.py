@@ -118,6 +118,7 @@ class PointCheck:
     metrics: Sequence[str] | None = None
     tolerances: dict[str, float] = field(default_factory=dict)
     update: bool = False
+    rerecord: bool = False  # record even a passing point (a fresh baseline with its noise)
     invalid_policy: str = "fail"
     policy: ValidityPolicy | None = None  # validity thresholds from the settings
     nodeid: str = ""
@@ -197,7 +198,7 @@ class PointCheck:
                 )
             return Outcome("skip", f"llmperf INVALID measurement: {message}")
         if self.update:
-            if pc.verdict != Verdict.PASS or pc.stale:
+            if pc.verdict != Verdict.PASS or pc.stale or self.rerecord:
                 self._record()
                 pc.verdict, pc.messages = Verdict.RECORDED, []
             return Outcome()
@@ -286,6 +287,7 @@ class SweepMetricCheck:
     run: PerfRun
     store: BaselineStore
     update: bool = False
+    rerecord: bool = False
     nodeid: str = ""
     on_properties: Properties | None = None
     on_result: Callable[[SweepCheckResult], None] | None = None
@@ -352,9 +354,10 @@ class SweepMetricCheck:
         """Record under update, MISSING without a baseline, else below fails / above is stale."""
         self._properties(value, base)
         if self.update:
-            if base != value:
+            changed = base != value or self.rerecord
+            if changed:
                 self._record(value, entry)
-            self._report(value, base, "recorded" if base != value else "pass")
+            self._report(value, base, "recorded" if changed else "pass")
             return Outcome()
         if base is None:
             self._report(value, base, "missing")

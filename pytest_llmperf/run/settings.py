@@ -193,6 +193,14 @@ SETTINGS: tuple[Setting, ...] = (
         "record new or changed baselines and delete unused ones",
         flag=True,
     ),
+    Setting(
+        "rerecord",
+        parse_bool,
+        False,
+        "re-record every measured point, passing or not (implies --llmperf-update): after "
+        "changing baseline_repeat, or to give old one-launch baselines their own noise",
+        flag=True,
+    ),
     Setting("warn_unused", parse_bool, False, "only warn about unused baseline entries", flag=True),
     Setting(
         "require_real",

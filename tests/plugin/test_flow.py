@@ -135,3 +135,24 @@ def test_sweep(llmperf_point):
     result.assert_outcomes(passed=1, skipped=2, failed=1)
     assert "deleted" not in result.stdout.str()
     assert _entries(suite) == before
+
+
+def test_rerecord_rewrites_passing_entries_with_their_own_noise(suite):
+    """--llmperf-rerecord replaces even a passing one-launch entry with baseline_repeat samples
+    from separate launches (its noise is then measured, not assumed)."""
+
+    def plain_c1() -> dict:
+        path = next(suite.path.rglob("baselines/**/plain.json"))
+        (levels,) = json.loads(path.read_text())["workloads"].values()
+        return levels["1"]["metrics"]["output_throughput"]
+
+    args = [*METRICS, "-k", "test_sweep and plain"]
+    run(suite, "--llmperf-update", *args).assert_outcomes(passed=2, deselected=4)
+    old = plain_c1()
+    assert old["n"] == 1
+    again = run(suite, "--llmperf-rerecord", "--llmperf-baseline-repeat", "2", *args)
+    again.assert_outcomes(passed=2, deselected=4)
+    again.stdout.fnmatch_lines(["*UPDATING baselines*"])
+    fresh = plain_c1()
+    assert fresh["n"] == 2 and fresh["launches"] == 2
+    assert len(fresh["samples"]) == 2 and old["mean"] not in fresh["samples"]
