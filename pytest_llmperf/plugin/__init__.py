@@ -233,6 +233,8 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             tolerances=get("tolerance"),
             update=bool(llm.settings["update"]),
             rerecord=bool(llm.settings["rerecord"]),
+            adjust=get("adjust"),
+            levels=get("levels"),
             invalid_policy=llm.settings["invalid"],
             policy=llm.validity_policy(suite, marker, where),
             nodeid=where,
@@ -263,6 +265,8 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCh
         on_result=llm.gates.append,
         invalid_policy=llm.settings["invalid"],
         policy=llm.validity_policy(suite, marker, request.node.nodeid),
+        adjust=llm.effective(suite, marker, "adjust", request.node.nodeid),
+        levels=llm.effective(suite, marker, "levels", request.node.nodeid),
     )
 
 

@@ -19,6 +19,7 @@ from pytest_llmperf.base.metric_defs import METRICS
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
 from pytest_llmperf.report.tables import junit_properties, redact_args
+from pytest_llmperf.run.adjust import baseline_residuals, can_adjust, current_residuals
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
@@ -30,7 +31,12 @@ from pytest_llmperf.verdicts.baseline import (
     entry_from_levels,
     summarize,
 )
-from pytest_llmperf.verdicts.compare import PointComparison, Verdict, compare_point
+from pytest_llmperf.verdicts.compare import (
+    DEFAULT_METRICS,
+    PointComparison,
+    Verdict,
+    compare_point,
+)
 from pytest_llmperf.verdicts.crossover import (
     CrossoverEstimate,
     CrossoverRule,
@@ -125,15 +131,38 @@ class PointCheck:
     on_properties: Properties | None = None
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
+    adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
+    levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
 
+    @property
+    def adjusting(self) -> bool:
+        return self.adjust == "launch" and can_adjust(self.levels, self.concurrency)
+
     def measure(self) -> None:
         """Measure (or reuse) ``repeat`` samples of this point (``baseline_repeat`` when
-        recording, from fresh launches); ``PointError`` if it cannot."""
+        recording, from fresh launches); ``PointError`` if it cannot. Adjusting, each of
+        those launches measures the whole sweep."""
         n = max(self.repeat, self.baseline_repeat) if self.update else self.repeat
+        if self.adjusting:
+            self.run.ensure_launches(self.config, self.workload, self.levels, n)
+            self.samples = self.run.samples(self.config, self.workload, self.concurrency)
+            return
         self.samples = self.run.ensure(
             self.config, self.workload, self.concurrency, n, independent=n > 1
+        )
+
+    def _residuals(self) -> dict[str, list[float]] | None:
+        if not self.adjusting:
+            return None
+        hw = self.run.hardware_for(self.config)
+        wl = self.workload.key()
+        return current_residuals(
+            self.run.by_launch(self.config, self.workload),
+            lambda c: self.store.get(EntryKey(hw, self.config, wl, c)),
+            self.concurrency,
+            list(self.metrics or DEFAULT_METRICS),
         )
 
     @property
@@ -160,6 +189,7 @@ class PointCheck:
                 metrics=self.metrics,
                 tolerances=self.tolerances or None,
                 policy=self.policy,
+                adjusted=self._residuals(),
             )
 
         pc = judge()
@@ -168,7 +198,13 @@ class PointCheck:
                 break
             try:
                 # A re-run on the same launch shares its speed and proves little: relaunch.
-                self.run.measure(self.config, self.workload, self.concurrency, fresh_launch=True)
+                if self.adjusting:
+                    n = len(self.run.by_launch(self.config, self.workload)) + 1
+                    self.run.ensure_launches(self.config, self.workload, self.levels, n)
+                else:
+                    self.run.measure(
+                        self.config, self.workload, self.concurrency, fresh_launch=True
+                    )
             except PointError:
                 break
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
@@ -222,6 +258,14 @@ class PointCheck:
             sglang_version=facts.version if facts else None,
             git_commit=git_commit(),
         )
+        if self.adjusting:
+            by = self.run.by_launch(self.config, self.workload)
+            res = baseline_residuals(by, self.concurrency, list(entry.metrics))
+            metrics = {
+                k: m.model_copy(update={"launch_residual": res.get(k)})
+                for k, m in entry.metrics.items()
+            }
+            entry = entry.model_copy(update={"metrics": metrics})
         old = self.store.get(self.key)
         if old is not None and old.tolerance is not None:
             entry = entry.model_copy(update={"tolerance": old.tolerance})  # hand-set, keep it
@@ -241,11 +285,16 @@ class GateCheck:
     result: GateResult | None = None
     invalid_policy: str = "fail"
     policy: ValidityPolicy | None = None
+    adjust: str = "none"
+    levels: Sequence[int] = ()
 
     def evaluate(self) -> GateResult:
-        """Measure both sides (``PointError`` if one cannot be) and evaluate the gate."""
+        """Measure both sides (``PointError`` if one cannot be) and evaluate the gate;
+        adjusting, each side's launch measures its whole sweep (as the point checks will)."""
         sweeps: dict[str, SweepResult] = {}
         for name in (self.gate.config, self.gate.reference):
+            if self.adjust == "launch" and can_adjust(self.levels, self.concurrency):
+                self.run.ensure_launches(name, self.workload, self.levels, 1)
             samples = self.run.ensure(name, self.workload, self.concurrency, 1)
             sweep = self.run.sweep(name, self.workload)
             # Every sample of this C (re-runs included), judged with their noise margin.

@@ -13,7 +13,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -503,6 +503,38 @@ class PerfRun:
             fresh = independent and bool(self.samples(config, workload, concurrency))
             self.measure(config, workload, concurrency, fresh_launch=fresh)
         return self.samples(config, workload, concurrency)
+
+    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, LevelResult]]:
+        """``config``'s samples grouped by the launch that measured them: {launch: {C: first
+        sample of that launch}} (launch-adjusted verdicts compare levels of one launch)."""
+        out: dict[str, dict[int, LevelResult]] = {}
+        for (c, w, cc), samples in self._samples.items():
+            if c == config and w == workload:
+                for lv in samples:
+                    if lv.launch is not None:
+                        out.setdefault(lv.launch, {}).setdefault(cc, lv)
+        return out
+
+    def ensure_launches(
+        self, config: str, workload: Workload, levels: Sequence[int], n: int
+    ) -> dict[str, dict[int, LevelResult]]:
+        """At least ``n`` launches that each measured every level of ``levels`` (fewer when
+        the server cannot be relaunched): the live launch completes its sweep first, then
+        each further launch measures the whole sweep. Returns ``by_launch``."""
+        need = sorted(set(levels))
+        for _ in range(n + 1):  # each pass completes one launch
+            by = self.by_launch(config, workload)
+            full = [lid for lid, got in by.items() if set(need) <= set(got)]
+            state = self._states.get(config)
+            live = state is not None and state.handle is not None and not state.handle.closed
+            cur = state.launch_id if live and state is not None else None
+            if len(full) >= n or (full and not self.can_relaunch(config) and cur in full):
+                return by
+            fresh = cur is not None and cur in full
+            todo = [c for c in need if cur is None or fresh or c not in by.get(cur, {})]
+            for i, c in enumerate(todo):
+                self.measure(config, workload, c, fresh_launch=fresh and i == 0)
+        return self.by_launch(config, workload)
 
     def sweep(self, config: str, workload: Workload) -> SweepResult:
         """The levels measured so far for ``config``: the first sample of each level in

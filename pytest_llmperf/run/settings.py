@@ -145,6 +145,14 @@ SETTINGS: tuple[Setting, ...] = (
         marker=True,
     ),
     Setting(
+        "adjust",
+        parse_choice("none", "launch"),
+        "none",
+        "launch: also judge each point with its launch's speed removed (every launch measures "
+        "the whole sweep; needs 3+ levels): for boxes where each launch runs at its own speed",
+        marker=True,
+    ),
+    Setting(
         "relaunch",
         parse_choice("rerun", "never"),
         "rerun",

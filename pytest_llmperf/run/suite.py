@@ -49,6 +49,7 @@ class SweepSection(BaseModel):
     seed: int | None = None
     repeat: int | None = Field(default=None, gt=0)
     baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording (issue 9)
+    adjust: Literal["none", "launch"] | None = None  # launch-adjusted verdicts (issue 9)
     request_rate: float | None = Field(default=None, gt=0)
     workload: Literal["random", "shared-prefix"] | None = None  # workloads
     prefix_len: int | None = Field(default=None, gt=0)  # workloads

@@ -45,6 +45,7 @@ __all__ = [
     "BaselineFile",
     "BaselineFileError",
     "EntryKey",
+    "LaunchResidual",
     "MetricSummary",
     "Provenance",
     "baseline_path",
@@ -82,6 +83,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class LaunchResidual(_Model):
+    """A level's residual after its launch's speed is removed (``launch_adjust``): mean and
+    spread over the baseline's launches, each of which measured the whole sweep."""
+
+    mean: float
+    sd: float | None = Field(default=None, ge=0.0)
+    n: int = Field(default=1, ge=1)
+
+
 class MetricSummary(_Model):
     """One metric at one point: enough to judge noise (mean, std, n) plus raw samples if few."""
 
@@ -99,6 +109,8 @@ class MetricSummary(_Model):
     # standard error of the mean (issue 9).
     launches: int | None = Field(default=None, ge=1)
     within_se: float | None = Field(default=None, ge=0.0)
+    # Recorded with adjust = "launch" (issue 9): this level's launch residual.
+    launch_residual: LaunchResidual | None = None
 
     @field_validator("mean", "std")
     @classmethod

@@ -23,6 +23,7 @@ from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, MetricSummary
+from pytest_llmperf.verdicts.launch_adjust import ResidualSummary, decide_adjusted
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
@@ -41,6 +42,7 @@ __all__ = [
     "fmt_num",
     "resolve_tolerance",
     "validate_tolerance",
+    "with_launch_adjustment",
     "worst",
 ]
 
@@ -325,6 +327,52 @@ def compare_metric(
     )
 
 
+def with_launch_adjustment(
+    mc: MetricComparison,
+    residuals: Sequence[float],
+    base: ResidualSummary,
+    tolerance: float,
+    rule: NoiseRule | None = None,
+    why: Sequence[str] = (),
+) -> MetricComparison:
+    """Judge the launch-adjusted residuals too, and combine: FAIL when either side fails beyond
+    its noise (the plain one sees uniform regressions, the adjusted one a level's own),
+    PASS when the adjusted one passes, else INCONCLUSIVE."""
+    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule)
+    ch = math.exp(statistics.fmean(residuals) - base.mean) - 1
+    side = "below" if ch < 0 else "above"
+    launches = f"{len(residuals)} launch{'es' if len(residuals) != 1 else ''}"
+    adj_text = (
+        f"{_pct(abs(ch))} {side} baseline with each launch's speed removed (over {launches}, "
+        f"noise margin {_pct(adj.margin)})"
+    )
+    if mc.verdict == Verdict.FAIL or adj.outcome == "fail":
+        verdict = Verdict.FAIL
+    elif adj.outcome == "pass":
+        verdict = Verdict.PASS
+    else:
+        verdict = Verdict.INCONCLUSIVE
+    head = mc.message.partition(" (tolerance ")[0]
+    msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted: {adj_text}"
+    if verdict == Verdict.FAIL and adj.outcome != "fail":
+        msg += "; the plain difference alone is beyond the launch noise"
+    elif verdict == Verdict.INCONCLUSIVE:
+        msg += f"; {adj.advice()}"
+    if why and verdict != Verdict.PASS:
+        msg += "; " + "; ".join(why)
+    decision = adj if verdict != Verdict.FAIL or adj.outcome == "fail" else mc.decision
+    return MetricComparison(
+        metric=mc.metric,
+        unit=mc.unit,
+        current=mc.current,
+        n_current=mc.n_current,
+        baseline=mc.baseline,
+        decision=decision,
+        verdict=verdict,
+        message=msg,
+    )
+
+
 def compare_point(
     config: str,
     levels: LevelResult | Sequence[LevelResult],
@@ -335,11 +383,13 @@ def compare_point(
     tolerances: Mapping[str, float] | float | None = None,
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
+    adjusted: Mapping[str, Sequence[float]] | None = None,
 ) -> PointComparison:
     """Validity, then every metric of ``metrics`` (default: ``DEFAULT_METRICS`` ∩ entry).
 
     ``levels`` may be several repeats of the same point; each must be valid to be used, and
-    the point is INVALID if none is.
+    the point is INVALID if none is. ``adjusted``: this point's launch residuals per metric
+    (``launch_adjust``), judged beside the plain comparison where the entry has them.
     """
     reps = [levels] if isinstance(levels, LevelResult) else list(levels)
     if not reps:
@@ -400,6 +450,11 @@ def compare_point(
             launches=[lv.launch for _, lv in got],
             within_se=[lv.within_se.get(name) for _, lv in got],
         )
+        res = summary.launch_residual
+        if adjusted and adjusted.get(name) and res is not None:
+            mc = with_launch_adjustment(
+                mc, adjusted[name], ResidualSummary(res.mean, res.sd, res.n), tol, rule, why
+            )
         point.metrics.append(mc)
         if mc.verdict != Verdict.PASS or mc.stale:
             point.messages.append(mc.message)

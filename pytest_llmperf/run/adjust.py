@@ -1,0 +1,80 @@
+"""Launch-adjusted verdicts in a run: which samples form a launch, and their residuals.
+
+The arithmetic is ``verdicts/launch_adjust.py``; this module feeds it from a ``PerfRun``
+(samples grouped by launch) and a ``BaselineStore`` (each level's centre), for the point
+check's comparison and for what it records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from pytest_llmperf.base.results import LevelResult
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual
+from pytest_llmperf.verdicts.launch_adjust import (
+    MIN_LEVELS,
+    adjustable,
+    launch_residuals,
+    summarize_residuals,
+)
+
+__all__ = ["baseline_residuals", "can_adjust", "current_residuals"]
+
+Launches = Mapping[str, Mapping[int, LevelResult]]
+
+
+def can_adjust(levels: Sequence[int], concurrency: int) -> bool:
+    """A launch must measure at least ``MIN_LEVELS`` levels, this one among them."""
+    return concurrency in levels and len(set(levels)) >= MIN_LEVELS
+
+
+def _values(by_launch: Launches, name: str) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    for lid, levels in by_launch.items():
+        for c, lv in levels.items():
+            v = lv.judged_value(name)
+            if v is not None:
+                out.setdefault(lid, {})[c] = v
+    return out
+
+
+def current_residuals(
+    by_launch: Launches,
+    entry_for: Callable[[int], BaselineEntry | None],
+    concurrency: int,
+    metrics: Sequence[str],
+) -> dict[str, list[float]]:
+    """This run's residuals of level ``concurrency`` per metric, centred on the baseline
+    entries' means (levels without an entry are left out of the launch's median)."""
+    levels = sorted({c for got in by_launch.values() for c in got})
+    entries = {c: entry_for(c) for c in levels}
+    out: dict[str, list[float]] = {}
+    for name in metrics:
+        if not adjustable(name):
+            continue
+        centers = {c: e.metrics[name].mean for c, e in entries.items() if e and name in e.metrics}
+        res = launch_residuals(_values(by_launch, name), centers, concurrency)
+        if res:
+            out[name] = res
+    return out
+
+
+def baseline_residuals(
+    by_launch: Launches, concurrency: int, metrics: Sequence[str]
+) -> dict[str, LaunchResidual]:
+    """What a recording stores for level ``concurrency``: its residuals over the recorded
+    launches, centred on the mean of each level's recorded samples."""
+    out: dict[str, LaunchResidual] = {}
+    for name in metrics:
+        if not adjustable(name):
+            continue
+        values = _values(by_launch, name)
+        per_level: dict[int, list[float]] = {}
+        for got in values.values():
+            for c, v in got.items():
+                per_level.setdefault(c, []).append(v)
+        centers = {c: sum(vs) / len(vs) for c, vs in per_level.items()}
+        summary = summarize_residuals(launch_residuals(values, centers, concurrency))
+        if summary is not None:
+            out[name] = LaunchResidual(mean=summary.mean, sd=summary.sd, n=summary.n)
+    return out

@@ -1,0 +1,105 @@
+"""Launch-adjusted verdicts: cancel the speed every launch draws, keep what one level changed.
+
+On a shared GPU box (and the simulator's ``--sim-noise gpu-shared``) each server launch runs
+at its own speed: every level of one launch is 10-20 % faster or slower together. Against a
+stored baseline that per-launch factor is noise no tolerance can sit above (issue 9: a 25 %
+drop at one level hides inside it). But it is *shared by the levels of a launch*, so it can be
+estimated and removed, as A/B mode's ``adjust = "launch"`` does for paired rounds
+(``paired.remove_launch_factor``):
+
+* each level's value is taken relative to its baseline centre, ``q_C = ln(v_C / base_C)``;
+* the launch factor is the median of ``q`` over the launch's levels (the median, so that one
+  level's regression does not leak into the others; at least ``MIN_LEVELS`` levels);
+* the residual ``q_C - median`` is what is left of level C, free of the launch's speed.
+
+The baseline records the mean and spread of the residuals of its own launches (each launch
+measures the whole sweep when recording with ``adjust = "launch"``); a run's residuals are
+judged against them with the usual rule (``stats.decide``: tolerance, then a z·se margin from
+the measured spread). The price: a regression that hits every level alike is cancelled here;
+the unadjusted verdict still sees it when it is larger than the launch noise.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pytest_llmperf.base.metric_defs import metric as metric_def
+from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
+
+__all__ = [
+    "MIN_LEVELS",
+    "ResidualSummary",
+    "adjustable",
+    "decide_adjusted",
+    "launch_residuals",
+    "summarize_residuals",
+]
+
+MIN_LEVELS = 3  # with two levels the median is the mean and a regression leaks into both
+
+
+def adjustable(name: str) -> bool:
+    """Metrics that scale with a launch's speed: rates (tok/s, req/s) and latencies (ms)."""
+    unit = metric_def(name).unit
+    return unit.endswith("/s") or unit == "ms"
+
+
+def launch_residuals(
+    by_launch: Mapping[str, Mapping[int, float]],
+    centers: Mapping[int, float],
+    concurrency: int,
+) -> list[float]:
+    """Level ``concurrency``'s residual in every launch that measured it and at least
+    ``MIN_LEVELS`` levels with a positive centre (other launches cannot be adjusted)."""
+    out: list[float] = []
+    for values in by_launch.values():
+        q = {
+            c: math.log(v / centers[c])
+            for c, v in values.items()
+            if v > 0 and centers.get(c, 0) > 0
+        }
+        if concurrency in q and len(q) >= MIN_LEVELS:
+            out.append(q[concurrency] - statistics.median(q.values()))
+    return out
+
+
+@dataclass(frozen=True)
+class ResidualSummary:
+    """Mean and spread of a level's launch residuals in the baseline, over ``n`` launches."""
+
+    mean: float
+    sd: float | None
+    n: int
+
+
+def summarize_residuals(residuals: Sequence[float]) -> ResidualSummary | None:
+    if not residuals:
+        return None
+    sd = statistics.stdev(residuals) if len(residuals) >= 2 else None
+    return ResidualSummary(statistics.fmean(residuals), sd, len(residuals))
+
+
+def decide_adjusted(
+    name: str,
+    residuals: Sequence[float],
+    base: ResidualSummary,
+    tolerance: float,
+    rule: NoiseRule | None = None,
+) -> Decision:
+    """The rule of ``stats.decide`` on launch-adjusted ratios ``exp(r - base.mean)`` against 1:
+    each current residual is one launch; the baseline's residual spread is its noise."""
+    ratios = [math.exp(r - base.mean) for r in residuals]
+    return decide(
+        ratios,
+        base_mean=1.0,
+        base_std=base.sd or 0.0,
+        base_n=base.n,
+        tolerance=tolerance,
+        direction=metric_def(name).direction,
+        rule=rule,
+        current_launches=[f"launch-{i}" for i in range(len(ratios))],
+        base_launches=base.n,
+    )

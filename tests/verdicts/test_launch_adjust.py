@@ -1,0 +1,117 @@
+"""Launch-adjusted verdicts: a launch's shared speed cancels, one level's own change stays."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pytest_llmperf.verdicts.baseline import summarize
+from pytest_llmperf.verdicts.baseline_file import LaunchResidual, MetricSummary
+from pytest_llmperf.verdicts.compare import Verdict, compare_point
+from pytest_llmperf.verdicts.launch_adjust import (
+    ResidualSummary,
+    adjustable,
+    decide_adjusted,
+    launch_residuals,
+    summarize_residuals,
+)
+
+from . import make_level
+
+CENTERS = {1: 100.0, 16: 1000.0, 64: 2000.0}
+
+
+def test_only_speed_like_metrics_are_adjusted() -> None:
+    assert adjustable("output_throughput") and adjustable("median_ttft_ms")
+    assert not adjustable("accept_length") and not adjustable("cache_hit_rate")
+
+
+def test_a_launch_factor_cancels_and_a_level_change_stays() -> None:
+    fast = {c: v * 1.2 for c, v in CENTERS.items()}  # a launch 20 % faster at every level
+    assert launch_residuals({"L": fast}, CENTERS, 64) == pytest.approx([0.0])
+    hurt = {**fast, 64: fast[64] * 0.75}  # ... and 25 % slower at C=64 only
+    (r,) = launch_residuals({"L": hurt}, CENTERS, 64)
+    assert math.exp(r) == pytest.approx(0.75)
+    # The other levels keep their residual 0: the median does not let C=64 leak into them.
+    assert launch_residuals({"L": hurt}, CENTERS, 16) == pytest.approx([0.0])
+
+
+def test_launches_with_fewer_than_three_levels_are_not_adjusted() -> None:
+    two = {"L": {1: 120.0, 64: 2400.0}}
+    assert launch_residuals(two, CENTERS, 64) == []
+    assert launch_residuals({"L": {1: 1.0, 16: 1.0}}, CENTERS, 64) == []  # 64 not measured
+
+
+def test_adjusted_decision_sees_through_launch_noise() -> None:
+    rng = random.Random(7)
+    # Baseline: five launches, each with its own speed (sd 15 %) and 2 % level noise.
+    base = []
+    for _ in range(5):
+        f = math.exp(rng.gauss(0, 0.15))
+        launch = {c: v * f * math.exp(rng.gauss(0, 0.02)) for c, v in CENTERS.items()}
+        base += launch_residuals({"L": launch}, CENTERS, 64)
+    summary = summarize_residuals(base)
+    assert summary is not None and summary.n == 5 and summary.sd is not None
+    assert summary.sd < 0.05  # the 15 % launch speed is gone
+    slow = {c: v * 1.3 for c, v in CENTERS.items()}
+    slow[64] *= 0.75
+    dec = decide_adjusted(
+        "output_throughput", launch_residuals({"L": slow}, CENTERS, 64), summary, 0.05
+    )
+    assert dec.outcome == "fail" and dec.deficit == pytest.approx(0.25, abs=0.03)
+    same = {c: v * 0.8 for c, v in CENTERS.items()}  # a slow launch, nothing else
+    ok = decide_adjusted(
+        "output_throughput", launch_residuals({"L": same}, CENTERS, 64), summary, 0.05
+    )
+    assert ok.outcome == "pass"
+
+
+def _entry_summary(mean: float, residual: LaunchResidual | None) -> MetricSummary:
+    s = summarize("output_throughput", [mean * 0.85, mean, mean * 1.15], launches=["a", "b", "c"])
+    return s.model_copy(update={"launch_residual": residual})
+
+
+def test_compare_point_combines_plain_and_adjusted() -> None:
+    from pytest_llmperf.verdicts.baseline_file import BaselineEntry
+
+    res = LaunchResidual(mean=0.0, sd=0.01, n=3)
+    entry = BaselineEntry(metrics={"output_throughput": _entry_summary(2000.0, res)})
+    # 25 % slower at this level, in a launch that is 20 % fast: the plain comparison sees
+    # only -10 % inside the 15 % launch noise; the adjusted one sees the 25 %.
+    level = make_level(64, 1500.0)
+    plain = compare_point("plain", level, entry, metrics=["output_throughput"])
+    assert plain.verdict != Verdict.FAIL
+    adj = compare_point(
+        "plain",
+        level,
+        entry,
+        metrics=["output_throughput"],
+        adjusted={"output_throughput": [math.log(0.75)]},
+    )
+    assert adj.verdict == Verdict.FAIL
+    assert "launch-adjusted: 25.0 % below baseline with each launch's speed removed" in (
+        adj.message()
+    )
+    # An adjusted pass outweighs an unresolved plain comparison...
+    calm = compare_point(
+        "plain", level, entry, metrics=["output_throughput"], adjusted={"output_throughput": [0.0]}
+    )
+    assert calm.verdict == Verdict.PASS
+    # ...and entries recorded without residuals are judged as before.
+    bare = BaselineEntry(metrics={"output_throughput": _entry_summary(2000.0, None)})
+    old = compare_point(
+        "plain",
+        level,
+        bare,
+        metrics=["output_throughput"],
+        adjusted={"output_throughput": [math.log(0.75)]},
+    )
+    assert old.verdict == plain.verdict
+
+
+def test_residual_summary_of_one_launch_has_no_spread() -> None:
+    s = summarize_residuals([0.1])
+    assert s == ResidualSummary(0.1, None, 1)
+    assert summarize_residuals([]) is None
