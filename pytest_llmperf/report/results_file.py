@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_llmperf.base.atomic import atomic_write_text
+from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
@@ -82,21 +83,7 @@ class RunFile(BaseModel):
 
 
 def load_run(path: str | os.PathLike[str]) -> RunFile:
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise RunFileError(f"{p}: cannot read results file: {exc.strerror}") from None
-    try:
-        return RunFile.model_validate_json(raw)
-    except ValidationError as exc:
-        lines = [
-            f"{p}: results file is invalid ({exc.error_count()} error(s)); re-run to recreate:"
-        ]
-        for e in exc.errors(include_url=False, include_input=False):
-            loc = ".".join(str(x) for x in e["loc"]) or "<root>"
-            lines.append(f"  - {loc}: {e['msg']} [{e['type']}]")
-        raise RunFileError("\n".join(lines)) from None
+    return load_model_file(path, RunFile, "results file", "re-run to recreate", RunFileError)
 
 
 def save_run(run: RunFile, path: str | os.PathLike[str]) -> None:
