@@ -48,10 +48,10 @@ __all__ = [
     "RunFileError",
     "add_compare_parser",
     "add_merge_parser",
-    "compare",
     "judge_run",
     "load_run",
     "merge",
+    "render_verdicts",
     "save_run",
 ]
 
@@ -195,35 +195,6 @@ def judge_run(
     for spec in crossovers:
         out.crossovers.extend(compare_crossover(spec, run.sweeps, store, run.hardware))
     return out
-
-
-def compare(
-    run: RunFile,
-    baseline_dir: str | os.PathLike[str],
-    tolerances: Mapping[str, float] | float | None = None,
-    gates: Sequence[Gate] = (),
-    *,
-    metrics: Sequence[str] | None = None,
-    crossovers: Sequence[CrossoverRule] = (),
-    rule: NoiseRule | None = None,
-    policy: ValidityPolicy | None = None,
-    fail_inconclusive: bool = False,
-    markdown: bool = False,
-) -> tuple[str, int]:
-    """(table text, exit status) exactly as the pytest plugin would report this run."""
-    v = judge_run(
-        run,
-        baseline_dir,
-        tolerances,
-        gates,
-        metrics=metrics,
-        crossovers=crossovers,
-        rule=rule,
-        policy=policy,
-    )
-    return render_verdicts(run, v, markdown=markdown), v.exit_status(
-        fail_inconclusive=fail_inconclusive
-    )
 
 
 def render_verdicts(run: RunFile, v: RunVerdicts, *, markdown: bool = False) -> str:
