@@ -209,21 +209,31 @@ async def _open_loop(
     return requests.records
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What the caller asked of every level beyond its requests."""
+
+    progress: ProgressCallback | None
+    details: bool
+    scrape_metrics: bool
+    slo: Slo | None
+    client_processes: int
+
+
 async def _measure_level(
     gen: LoadGenerator,
     concurrency: int,
     workload: Workload,
-    prompts: Sequence[Sequence[int] | str],
+    prompt_start: int,
     cap: int | None,
-    *,
-    progress: ProgressCallback | None,
-    details: bool,
-    scrape_metrics: bool,
-    slo: Slo | None = None,
-    sizing: ChatSizing | None = None,
-    client_processes: int = 1,
+    sizing: ChatSizing | None,
+    asked: _Asked,
 ) -> LevelResult:
+    """One level of fresh prompts (ordinals from ``prompt_start``), so none is in any cache."""
     n = workload.num_requests(concurrency)
+    filler = sizing.filler if sizing is not None else None
+    prompts = build_prompts(workload, n, prompt_start, chat_filler=filler)
+    client_processes = asked.client_processes
     notes: list[str] = []
     if client_processes > 1 and workload.request_rate is not None:
         notes.append("open loop: one client process (sharding is for closed loops)")
@@ -240,8 +250,8 @@ async def _measure_level(
     if primed:
         notes.append(primed)
     bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
-    tracker = _Tracker(concurrency, n, progress)
-    sampler = MetricsSampler(gen.http) if scrape_metrics else None
+    tracker = _Tracker(concurrency, n, asked.progress)
+    sampler = MetricsSampler(gen.http) if asked.scrape_metrics else None
     monitor = LoopMonitor()
     gc.collect()
     gc_was_enabled = gc.isenabled()
@@ -285,7 +295,7 @@ async def _measure_level(
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
         for i, r in enumerate(records)
     ]
-    result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
+    result = compute_level(final, max_concurrency=concurrency, details=asked.details, slo=asked.slo)
     if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
     health = with_token_cost(health, cpu_s, result.total_output_tokens)
@@ -410,28 +420,14 @@ async def run_sweep_async(
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
         await _warm_up(gen, workload, progress, prompt_start)
         sizing = await _size_chat(gen, workload)
-        filler = sizing.filler if sizing is not None else None
+        asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
+        cap = facts.max_running_requests
         result = SweepResult(config=config_name, server=facts, workload=workload)
         start = prompt_start
         for c in levels:
             # each level takes fresh prompts: nothing it sends is in any prefix cache
-            prompts = build_prompts(workload, workload.num_requests(c), start, chat_filler=filler)
-            start += len(prompts)
-            result.levels.append(
-                await _measure_level(
-                    gen,
-                    c,
-                    workload,
-                    prompts,
-                    facts.max_running_requests,
-                    progress=progress,
-                    details=details,
-                    scrape_metrics=scrape_metrics,
-                    slo=slo,
-                    sizing=sizing,
-                    client_processes=client_processes,
-                )
-            )
+            result.levels.append(await _measure_level(gen, c, workload, start, cap, sizing, asked))
+            start += workload.num_requests(c)
     return result
 
 
@@ -460,25 +456,9 @@ async def run_level_async(
         info = await get_server_info(gen.http)
         first_ms = await _warm_up(gen, workload, progress, prompt_start) if warmup else None
         sizing = await _size_chat(gen, workload)
-        prompts = build_prompts(
-            workload,
-            workload.num_requests(concurrency),
-            prompt_start,
-            chat_filler=sizing.filler if sizing is not None else None,
-        )
-        level = await _measure_level(
-            gen,
-            concurrency,
-            workload,
-            prompts,
-            effective_running_cap(info or {}),
-            progress=progress,
-            details=details,
-            scrape_metrics=scrape_metrics,
-            slo=slo,
-            sizing=sizing,
-            client_processes=client_processes,
-        )
+        asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
+        cap = effective_running_cap(info or {})
+        level = await _measure_level(gen, concurrency, workload, prompt_start, cap, sizing, asked)
         level.first_request_ms = first_ms
         return level
 
