@@ -158,6 +158,15 @@ def merge_health(results: Sequence[ShardResult]) -> ClientHealth:
     )
 
 
+async def _get(q: multiprocessing.Queue[object], timeout_s: float, late: str) -> object:
+    """The shards' next message, waited for off the loop; ``late`` is the error after
+    ``timeout_s``."""
+    try:
+        return await asyncio.to_thread(q.get, True, timeout_s)
+    except queue.Empty:
+        raise ShardError(late) from None
+
+
 async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[ShardResult]:
     """Start one process per spec, release them together, collect their records."""
     ctx = multiprocessing.get_context("spawn")  # no fork of a running event loop
@@ -169,25 +178,16 @@ async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[Sha
         for p in procs:
             p.start()
         for _ in procs:
-            try:
-                msg = await asyncio.to_thread(ready.get, True, SHARD_READY_TIMEOUT_S)
-            except queue.Empty:
-                raise ShardError(
-                    f"client processes were not ready within {SHARD_READY_TIMEOUT_S:.0f}s"
-                ) from None
+            late = f"client processes were not ready within {SHARD_READY_TIMEOUT_S:.0f}s"
+            msg = await _get(ready, SHARD_READY_TIMEOUT_S, late)
             if isinstance(msg, BaseException):
                 raise ShardError(f"a client process failed to start: {msg!r}")
         go.set()
         end = time.monotonic() + deadline_s
         results: list[ShardResult] = []
         for _ in procs:
-            left = max(1.0, end - time.monotonic())
-            try:
-                res = await asyncio.to_thread(out.get, True, left)
-            except queue.Empty:
-                raise ShardError(
-                    f"client processes did not report within {deadline_s:.0f}s"
-                ) from None
+            late = f"client processes did not report within {deadline_s:.0f}s"
+            res = await _get(out, max(1.0, end - time.monotonic()), late)
             if isinstance(res, BaseException):
                 raise res
             if not isinstance(res, ShardResult):

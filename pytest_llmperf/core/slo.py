@@ -21,7 +21,7 @@ use it.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -248,27 +248,34 @@ def _sorted_candidates(candidates: Sequence[Level]) -> list[Level]:
     return xs
 
 
-def _bisect(n: int) -> Generator[int, bool, int | None]:
-    """Binary search for the last index that passes; yields indices, receives pass/fail.
+class _Bisection(Generic[Level]):
+    """Binary search for the last candidate that meets the SLO, one measurement at a time.
 
-    At most floor(log2(n)) + 1 = ceil(log2(n + 1)) probes.
+    At most floor(log2(n)) + 1 = ceil(log2(n + 1)) measurements.
     """
-    lo, hi, best = 0, n - 1, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if (yield mid):
-            best, lo = mid, mid + 1
+
+    def __init__(self, candidates: Sequence[Level], slo: Slo) -> None:
+        self.xs: list[Level] = _sorted_candidates(candidates)
+        self.search: SloSearch[Level] = SloSearch(slo)
+        self._lo, self._hi, self._mid = 0, len(self.xs) - 1, -1
+
+    def next_level(self) -> Level | None:
+        """The candidate to measure next; None when the search is over."""
+        if self._lo > self._hi:
+            return None
+        self._mid = (self._lo + self._hi) // 2
+        return self.xs[self._mid]
+
+    def record(self, level: LevelResult) -> None:
+        """The measurement of ``next_level()``'s candidate."""
+        x = self.xs[self._mid]
+        ok, reasons = level_meets(level, self.search.slo)
+        self.search.measured[x] = level
+        if ok:
+            self.search.best, self._lo = x, self._mid + 1
         else:
-            hi = mid - 1
-    return best
-
-
-def _record(search: SloSearch[Level], x: Level, level: LevelResult) -> bool:
-    ok, reasons = level_meets(level, search.slo)
-    search.measured[x] = level
-    if not ok:
-        search.misses[x] = reasons
-    return ok
+            self.search.misses[x] = reasons
+            self._hi = self._mid - 1
 
 
 def search_max_level(
@@ -286,29 +293,17 @@ def search_max_level(
     ``lambda c: run_level(url, c, workload, slo=slo)``, or for open-loop rates
     ``lambda r: run_level(url, 256, workload.model_copy(update={"request_rate": r}), slo=slo)``.
     """
-    xs = _sorted_candidates(candidates)
-    search: SloSearch[Level] = SloSearch(slo)
-    probe = _bisect(len(xs))
-    try:
-        i = next(probe)
-        while True:
-            i = probe.send(_record(search, xs[i], measure(xs[i])))
-    except StopIteration as done:
-        search.best = None if done.value is None else xs[done.value]
-    return search
+    bisection: _Bisection[Level] = _Bisection(candidates, slo)
+    while (x := bisection.next_level()) is not None:
+        bisection.record(measure(x))
+    return bisection.search
 
 
 async def search_max_level_async(
     measure: Callable[[Level], Awaitable[LevelResult]], candidates: Sequence[Level], slo: Slo
 ) -> SloSearch[Level]:
     """``search_max_level`` with an async ``measure`` (e.g. ``run_level_async``)."""
-    xs = _sorted_candidates(candidates)
-    search: SloSearch[Level] = SloSearch(slo)
-    probe = _bisect(len(xs))
-    try:
-        i = next(probe)
-        while True:
-            i = probe.send(_record(search, xs[i], await measure(xs[i])))
-    except StopIteration as done:
-        search.best = None if done.value is None else xs[done.value]
-    return search
+    bisection: _Bisection[Level] = _Bisection(candidates, slo)
+    while (x := bisection.next_level()) is not None:
+        bisection.record(await measure(x))
+    return bisection.search

@@ -102,6 +102,18 @@ def short_error(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
+def _reached_done(rec: RequestRecord, t_done: float) -> bool:
+    """Whether an ended stream is left to judge: not failed, and it sent [DONE] (at ``t_done``,
+    which sets its end-to-end latency); one cut before [DONE] fails here."""
+    if not rec.ok:
+        return False
+    if t_done < 0:
+        rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
+        return False
+    rec.e2e = t_done - rec.t_send
+    return True
+
+
 class GenerateStreamParser:
     """SGLang ``/generate`` stream -> ``RequestRecord``, fed one network read at a time.
 
@@ -189,12 +201,8 @@ class GenerateStreamParser:
     def finish(self) -> None:
         """The stream ended: judge it from [DONE] and the last event's ``meta_info``."""
         rec = self.rec
-        if not rec.ok:
+        if not _reached_done(rec, self.t_done):
             return
-        if self.t_done < 0:
-            rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
-            return
-        rec.e2e = self.t_done - rec.t_send
         if self._last_payload is None:
             rec.fail("stream finished without any token")
             return
@@ -330,12 +338,8 @@ class OpenAIStreamParser:
     def finish(self) -> None:
         """The stream ended: judge it from [DONE], finish_reason and the final usage."""
         rec = self.rec
-        if not rec.ok:
+        if not _reached_done(rec, self.t_done):
             return
-        if self.t_done < 0:
-            rec.fail(f"stream ended before [DONE] after {rec.output_tokens} tokens")
-            return
-        rec.e2e = self.t_done - rec.t_send
         if not self._finish:
             rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
         if self._mode == "chunks" and self._final_usage is not None:

@@ -14,13 +14,15 @@ caller's loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
+import inspect
 import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, ParamSpec, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import (
@@ -57,6 +59,7 @@ from pytest_llmperf.core.workload import (
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
 PROGRESS_INTERVAL_S = 0.25
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class SweepError(LLMPerfError, RuntimeError):
@@ -141,18 +144,31 @@ class _Tracker:
             )
 
 
-async def _closed_loop(
-    gen: LoadGenerator,
-    concurrency: int,
-    prompts: Sequence[Sequence[int] | str],
-    bodies: Sequence[bytes],
-    output_len: int,
-    tracker: _Tracker,
-) -> list[RequestRecord | None]:
+@dataclass
+class _Requests:
+    """One level's requests, prepared: sending one records it and reports its progress."""
+
+    gen: LoadGenerator
+    prompts: Sequence[Sequence[int] | str]
+    bodies: Sequence[bytes]
+    output_len: int
+    tracker: _Tracker
+
+    def __post_init__(self) -> None:
+        self.records: list[RequestRecord | None] = [None] * len(self.bodies)
+
+    async def send(self, i: int, t_scheduled: float | None = None) -> None:
+        rec = await self.gen.request(
+            i, self.prompts[i], self.output_len, body=self.bodies[i], t_scheduled=t_scheduled
+        )
+        self.records[i] = rec
+        self.tracker.add(rec)
+
+
+async def _closed_loop(requests: _Requests, concurrency: int) -> list[RequestRecord | None]:
     """C workers pull from one request list, so exactly C requests are in flight until the
     list runs dry (the seed scripts' and bench_serving's --max-concurrency behaviour)."""
-    n = len(bodies)
-    records: list[RequestRecord | None] = [None] * n
+    n = len(requests.records)
     next_index = 0
 
     async def worker() -> None:
@@ -160,36 +176,23 @@ async def _closed_loop(
         while next_index < n:  # bounded: each pass consumes one index
             i = next_index
             next_index += 1
-            rec = await gen.request(i, prompts[i], output_len, body=bodies[i])
-            records[i] = rec
-            tracker.add(rec)
+            await requests.send(i)
 
     await asyncio.gather(*(worker() for _ in range(min(concurrency, n))))
-    return records
+    return requests.records
 
 
 async def _open_loop(
-    gen: LoadGenerator,
-    concurrency: int,
-    prompts: Sequence[Sequence[int] | str],
-    bodies: Sequence[bytes],
-    output_len: int,
-    tracker: _Tracker,
-    rate: float,
-    seed: int,
+    requests: _Requests, concurrency: int, rate: float, seed: int
 ) -> list[RequestRecord | None]:
     """Poisson arrivals (seeded), at most C in flight; each record keeps its scheduled time so
     lateness (the client or the cap holding requests back) is reported, not hidden."""
-    n = len(bodies)
-    records: list[RequestRecord | None] = [None] * n
     sem = asyncio.Semaphore(concurrency)
-    offsets = poisson_offsets(rate, n, seed)
+    offsets = poisson_offsets(rate, len(requests.records), seed)
 
     async def one(i: int, due: float) -> None:
         async with sem:
-            rec = await gen.request(i, prompts[i], output_len, body=bodies[i], t_scheduled=due)
-        records[i] = rec
-        tracker.add(rec)
+            await requests.send(i, t_scheduled=due)
 
     t0 = time.perf_counter()
     tasks: list[asyncio.Task[None]] = []
@@ -203,24 +206,34 @@ async def _open_loop(
     finally:
         for t in tasks:
             t.cancel()
-    return records
+    return requests.records
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What the caller asked of every level beyond its requests."""
+
+    progress: ProgressCallback | None
+    details: bool
+    scrape_metrics: bool
+    slo: Slo | None
+    client_processes: int
 
 
 async def _measure_level(
     gen: LoadGenerator,
     concurrency: int,
     workload: Workload,
-    prompts: Sequence[Sequence[int] | str],
+    prompt_start: int,
     cap: int | None,
-    *,
-    progress: ProgressCallback | None,
-    details: bool,
-    scrape_metrics: bool,
-    slo: Slo | None = None,
-    sizing: ChatSizing | None = None,
-    client_processes: int = 1,
+    sizing: ChatSizing | None,
+    asked: _Asked,
 ) -> LevelResult:
+    """One level of fresh prompts (ordinals from ``prompt_start``), so none is in any cache."""
     n = workload.num_requests(concurrency)
+    filler = sizing.filler if sizing is not None else None
+    prompts = build_prompts(workload, n, prompt_start, chat_filler=filler)
+    client_processes = asked.client_processes
     notes: list[str] = []
     if client_processes > 1 and workload.request_rate is not None:
         notes.append("open loop: one client process (sharding is for closed loops)")
@@ -237,8 +250,8 @@ async def _measure_level(
     if primed:
         notes.append(primed)
     bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
-    tracker = _Tracker(concurrency, n, progress)
-    sampler = MetricsSampler(gen.http) if scrape_metrics else None
+    tracker = _Tracker(concurrency, n, asked.progress)
+    sampler = MetricsSampler(gen.http) if asked.scrape_metrics else None
     monitor = LoopMonitor()
     gc.collect()
     gc_was_enabled = gc.isenabled()
@@ -261,21 +274,14 @@ async def _measure_level(
                     tracker.add,
                     level_deadline_s(workload, concurrency),
                 )
-            elif workload.request_rate is None:
-                records = await _closed_loop(
-                    gen, concurrency, prompts, bodies, workload.output_len, tracker
-                )
             else:
-                records = await _open_loop(
-                    gen,
-                    concurrency,
-                    prompts,
-                    bodies,
-                    workload.output_len,
-                    tracker,
-                    workload.request_rate,
-                    workload.seed,
-                )
+                requests = _Requests(gen, prompts, bodies, workload.output_len, tracker)
+                if workload.request_rate is None:
+                    records = await _closed_loop(requests, concurrency)
+                else:
+                    records = await _open_loop(
+                        requests, concurrency, workload.request_rate, workload.seed
+                    )
     finally:
         health = await monitor.stop()
         server_metrics = await sampler.stop() if sampler is not None else None
@@ -289,7 +295,7 @@ async def _measure_level(
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
         for i, r in enumerate(records)
     ]
-    result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
+    result = compute_level(final, max_concurrency=concurrency, details=asked.details, slo=asked.slo)
     if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
     health = with_token_cost(health, cpu_s, result.total_output_tokens)
@@ -331,6 +337,18 @@ def _server_shape(result: LevelResult, info: dict[str, object]) -> None:
     result.server_cuda_graph_max_bs = bs if isinstance(bs, int) and bs > 0 else None
     result.server_dp_size = dp if isinstance(dp, int) and dp > 0 else None
     result.speculative = bool(info.get("speculative_algorithm"))
+
+
+def _load_generator(url: str, workload: Workload, api_key: str | None) -> LoadGenerator:
+    """The client for ``url`` as ``workload`` asks (backend, per-request deadline, sampling)."""
+    return LoadGenerator(
+        url,
+        workload.backend,
+        api_key=api_key,
+        request_timeout_s=workload.request_timeout_s,
+        temperature=workload.temperature,
+        extensions=workload.openai_extensions,
+    )
 
 
 async def _prime(gen: LoadGenerator, workload: Workload) -> str | None:
@@ -397,40 +415,19 @@ async def run_sweep_async(
     """
     levels = validate_levels(levels)
     workload = workload or Workload()
-    async with LoadGenerator(
-        url,
-        workload.backend,
-        api_key=api_key,
-        request_timeout_s=workload.request_timeout_s,
-        temperature=workload.temperature,
-        extensions=workload.openai_extensions,
-    ) as gen:
+    async with _load_generator(url, workload, api_key) as gen:
         info = await get_server_info(gen.http)
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
         await _warm_up(gen, workload, progress, prompt_start)
         sizing = await _size_chat(gen, workload)
-        filler = sizing.filler if sizing is not None else None
+        asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
+        cap = facts.max_running_requests
         result = SweepResult(config=config_name, server=facts, workload=workload)
         start = prompt_start
         for c in levels:
             # each level takes fresh prompts: nothing it sends is in any prefix cache
-            prompts = build_prompts(workload, workload.num_requests(c), start, chat_filler=filler)
-            start += len(prompts)
-            result.levels.append(
-                await _measure_level(
-                    gen,
-                    c,
-                    workload,
-                    prompts,
-                    facts.max_running_requests,
-                    progress=progress,
-                    details=details,
-                    scrape_metrics=scrape_metrics,
-                    slo=slo,
-                    sizing=sizing,
-                    client_processes=client_processes,
-                )
-            )
+            result.levels.append(await _measure_level(gen, c, workload, start, cap, sizing, asked))
+            start += workload.num_requests(c)
     return result
 
 
@@ -455,36 +452,13 @@ async def run_level_async(
     """
     validate_levels([concurrency])
     workload = workload or Workload()
-    async with LoadGenerator(
-        url,
-        workload.backend,
-        api_key=api_key,
-        request_timeout_s=workload.request_timeout_s,
-        temperature=workload.temperature,
-        extensions=workload.openai_extensions,
-    ) as gen:
+    async with _load_generator(url, workload, api_key) as gen:
         info = await get_server_info(gen.http)
         first_ms = await _warm_up(gen, workload, progress, prompt_start) if warmup else None
         sizing = await _size_chat(gen, workload)
-        prompts = build_prompts(
-            workload,
-            workload.num_requests(concurrency),
-            prompt_start,
-            chat_filler=sizing.filler if sizing is not None else None,
-        )
-        level = await _measure_level(
-            gen,
-            concurrency,
-            workload,
-            prompts,
-            effective_running_cap(info or {}),
-            progress=progress,
-            details=details,
-            scrape_metrics=scrape_metrics,
-            slo=slo,
-            sizing=sizing,
-            client_processes=client_processes,
-        )
+        asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
+        cap = effective_running_cap(info or {})
+        level = await _measure_level(gen, concurrency, workload, prompt_start, cap, sizing, asked)
         level.first_request_ms = first_ms
         return level
 
@@ -515,76 +489,35 @@ def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout_s: float) -> T:
     return box["result"]  # type: ignore[return-value]
 
 
-def run_sweep(
-    url: str,
-    levels: Sequence[int],
-    workload: Workload | None = None,
-    *,
-    api_key: str | None = None,
-    config_name: str = "default",
-    progress: ProgressCallback | None = None,
-    details: bool = False,
-    scrape_metrics: bool = False,
-    server_mode: Mode = "attached",
-    slo: Slo | None = None,
-    prompt_start: int = 0,
-    client_processes: int = 1,
-) -> SweepResult:
-    """Blocking ``run_sweep_async`` in its own loop and thread (safe inside a running loop)."""
-    levels = validate_levels(levels)
-    workload = workload or Workload()
-    return run_in_own_loop(
-        lambda: run_sweep_async(
-            url,
-            levels,
-            workload,
-            api_key=api_key,
-            config_name=config_name,
-            progress=progress,
-            details=details,
-            scrape_metrics=scrape_metrics,
-            server_mode=server_mode,
-            slo=slo,
-            prompt_start=prompt_start,
-            client_processes=client_processes,
-        ),
-        timeout_s=sweep_deadline_s(workload, levels),
+def _blocking(coro_fn: Callable[P, Awaitable[T]], name: str) -> Callable[P, T]:
+    """The blocking twin of a sweep coroutine: the same parameters (written once, on the
+    coroutine), run in its own loop and thread, bounded by its workload's sweep deadline."""
+    signature = inspect.signature(coro_fn)
+    call: Callable[..., Awaitable[T]] = coro_fn
+
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> T:
+        bound = signature.bind(*args, **kwargs)
+        given = bound.arguments
+        workload = given["workload"] = given.get("workload") or Workload()
+        if "levels" in given:
+            levels = given["levels"] = validate_levels(given["levels"])
+        else:
+            levels = validate_levels([given["concurrency"]])
+        return run_in_own_loop(
+            lambda: call(*bound.args, **bound.kwargs),
+            timeout_s=sweep_deadline_s(workload, levels),
+        )
+
+    functools.update_wrapper(blocking, coro_fn)
+    blocking.__name__ = blocking.__qualname__ = name
+    blocking.__doc__ = (
+        f"Blocking ``{coro_fn.__name__}`` in its own loop and thread (safe inside a running loop)."
     )
+    return blocking
 
 
-def run_level(
-    url: str,
-    concurrency: int,
-    workload: Workload | None = None,
-    *,
-    api_key: str | None = None,
-    progress: ProgressCallback | None = None,
-    details: bool = False,
-    scrape_metrics: bool = False,
-    warmup: bool = True,
-    slo: Slo | None = None,
-    prompt_start: int = 0,
-    client_processes: int = 1,
-) -> LevelResult:
-    """Blocking ``run_level_async`` in its own loop and thread."""
-    validate_levels([concurrency])
-    workload = workload or Workload()
-    return run_in_own_loop(
-        lambda: run_level_async(
-            url,
-            concurrency,
-            workload,
-            api_key=api_key,
-            progress=progress,
-            details=details,
-            scrape_metrics=scrape_metrics,
-            warmup=warmup,
-            slo=slo,
-            prompt_start=prompt_start,
-            client_processes=client_processes,
-        ),
-        timeout_s=sweep_deadline_s(workload, [concurrency]),
-    )
+run_sweep = _blocking(run_sweep_async, "run_sweep")
+run_level = _blocking(run_level_async, "run_level")
 
 
 __all__ = [

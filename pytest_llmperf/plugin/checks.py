@@ -8,7 +8,7 @@ traceback at the user's test line, not inside the plugin.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Generic, NoReturn, TypeVar
 
 import pytest
 
@@ -19,6 +19,7 @@ from pytest_llmperf.run import ab, checks
 from pytest_llmperf.run.checks import Outcome
 
 T = TypeVar("T")
+R = TypeVar("R")  # what a comparison check evaluates to
 
 
 def _fail(message: str) -> NoReturn:
@@ -61,17 +62,22 @@ class Point(checks.PointCheck):
         enact(_call(self.judge))
 
 
-class GateCheck(checks.GateCheck):
-    """One cross-config gate at one concurrency: ``.check()``, ``.evaluate()``."""
+class _ComparisonAsserts(Generic[R]):
+    """``.evaluate()`` and ``.check()`` for a comparison of two configs (gate, A/B)."""
 
-    def evaluate(self) -> checks.GateResult:
+    def evaluate(self) -> R:
         __tracebackhide__ = True
-        return _call(super().evaluate)
+        return _call(super().evaluate)  # type: ignore[misc]
 
     def check(self) -> None:
-        """Fail with a sentence saying where, by how much and why the gate is not met."""
+        """Fail with a sentence saying where, by how much and why the comparison is not met;
+        warn when it is inconclusive."""
         __tracebackhide__ = True
-        enact(_call(self.judge))
+        enact(_call(self.judge))  # type: ignore[attr-defined]
+
+
+class GateCheck(_ComparisonAsserts[checks.GateResult], checks.GateCheck):
+    """One cross-config gate at one concurrency: ``.check()``, ``.evaluate()``."""
 
 
 class _SweepAsserts:
@@ -95,14 +101,5 @@ class SloCheck(_SweepAsserts, checks.SloCheck):
     """The largest swept C within the suite's SLO: ``.assert_baseline()``."""
 
 
-class ABCheck(ab.ABCheck):  # ab
+class ABCheck(_ComparisonAsserts[ab.ABPoint], ab.ABCheck):  # ab
     """One ``[[compare]]`` at one level: ``.check()``, ``.evaluate()``."""
-
-    def evaluate(self) -> ab.ABPoint:
-        __tracebackhide__ = True
-        return _call(super().evaluate)
-
-    def check(self) -> None:
-        """Fail when the paired CI lies wholly beyond the tolerance; warn when inconclusive."""
-        __tracebackhide__ = True
-        enact(_call(self.judge))

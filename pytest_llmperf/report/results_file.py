@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_llmperf.base.atomic import atomic_write_text
+from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
@@ -47,10 +48,10 @@ __all__ = [
     "RunFileError",
     "add_compare_parser",
     "add_merge_parser",
-    "compare",
     "judge_run",
     "load_run",
     "merge",
+    "render_verdicts",
     "save_run",
 ]
 
@@ -82,21 +83,7 @@ class RunFile(BaseModel):
 
 
 def load_run(path: str | os.PathLike[str]) -> RunFile:
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise RunFileError(f"{p}: cannot read results file: {exc.strerror}") from None
-    try:
-        return RunFile.model_validate_json(raw)
-    except ValidationError as exc:
-        lines = [
-            f"{p}: results file is invalid ({exc.error_count()} error(s)); re-run to recreate:"
-        ]
-        for e in exc.errors(include_url=False, include_input=False):
-            loc = ".".join(str(x) for x in e["loc"]) or "<root>"
-            lines.append(f"  - {loc}: {e['msg']} [{e['type']}]")
-        raise RunFileError("\n".join(lines)) from None
+    return load_model_file(path, RunFile, "results file", "re-run to recreate", RunFileError)
 
 
 def save_run(run: RunFile, path: str | os.PathLike[str]) -> None:
@@ -210,35 +197,6 @@ def judge_run(
             compare_crossover(spec, run.sweeps, store, run.hardware, policy=policy)
         )
     return out
-
-
-def compare(
-    run: RunFile,
-    baseline_dir: str | os.PathLike[str],
-    tolerances: Mapping[str, float] | float | None = None,
-    gates: Sequence[Gate] = (),
-    *,
-    metrics: Sequence[str] | None = None,
-    crossovers: Sequence[CrossoverRule] = (),
-    rule: NoiseRule | None = None,
-    policy: ValidityPolicy | None = None,
-    fail_inconclusive: bool = False,
-    markdown: bool = False,
-) -> tuple[str, int]:
-    """(table text, exit status) exactly as the pytest plugin would report this run."""
-    v = judge_run(
-        run,
-        baseline_dir,
-        tolerances,
-        gates,
-        metrics=metrics,
-        crossovers=crossovers,
-        rule=rule,
-        policy=policy,
-    )
-    return render_verdicts(run, v, markdown=markdown), v.exit_status(
-        fail_inconclusive=fail_inconclusive
-    )
 
 
 def render_verdicts(run: RunFile, v: RunVerdicts, *, markdown: bool = False) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from pytest_llmperf.sim.faults import FAULT_HELP, Faults, build_faults, parse_fault
 from pytest_llmperf.sim.knobs import ServerKnobs
@@ -332,57 +333,17 @@ def parse_args(argv: Sequence[str] | None = None) -> SimArgs:
             parser.error(f"argument --{name.replace('_', '-')}: must be >= 1")
     if not 0 <= ns.port <= 65535:
         parser.error(f"argument --port: {ns.port} is not a valid port")
-    spec = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
-    knobs = ServerKnobs(
-        model_path=ns.model_path,
-        served_model_name=ns.served_model_name,
-        host=ns.host,
-        port=ns.port,
-        tp_size=ns.tp_size,
-        dp_size=ns.dp_size,
-        mem_fraction_static=ns.mem_fraction_static,
-        max_running_requests=ns.max_running_requests,
-        max_total_tokens=ns.max_total_tokens,
-        chunked_prefill_size=ns.chunked_prefill_size,
-        context_length=ns.context_length,
-        api_key=ns.api_key,
-        speculative_algorithm=spec,
-        speculative_draft_model_path=ns.speculative_draft_model_path,
-        speculative_num_steps=ns.speculative_num_steps,
-        speculative_eagle_topk=ns.speculative_eagle_topk,
-        speculative_num_draft_tokens=ns.speculative_num_draft_tokens,
-        stream_interval=ns.stream_interval,
-        cuda_graph_max_bs=ns.cuda_graph_max_bs,
-        disable_cuda_graph=ns.disable_cuda_graph,
-        enable_metrics=ns.enable_metrics,
-        skip_server_warmup=ns.skip_server_warmup,
-        decode_log_interval=ns.decode_log_interval,
-        log_level=ns.log_level,
-        sim_profile=ns.sim_profile,
-        sim_seed=ns.sim_seed,
-        sim_jitter=ns.sim_jitter,
-        sim_time_scale=ns.sim_time_scale,
-        sim_slowdown=tuple(ns.sim_slowdown or ()),
-        sim_keepalive_timeout=ns.sim_keepalive_timeout,
-        sim_api=ns.sim_api,
-        sim_chat_template_overhead=ns.sim_chat_template_overhead,
-        enable_cache_report=ns.enable_cache_report,
-        disable_radix_cache=ns.disable_radix_cache or ns.enable_prefix_caching is False,
-        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
-        sim_keepalive_max_requests=ns.sim_keepalive_max_requests,
-        sim_noise=ns.sim_noise,
-        sim_launch_speed_sd=ns.sim_launch_speed_sd,
-        sim_launch_nonce=ns.sim_launch_nonce,
-        sim_drift_sd=ns.sim_drift_sd,
-        sim_drift_period=ns.sim_drift_period,
-        sim_step_jitter=ns.sim_step_jitter,
-        sim_stall_rate=ns.sim_stall_rate,
-        sim_stall_ms=ns.sim_stall_ms,
-        sim_load_time=ns.sim_load_time,
-        sim_accept_scale=ns.sim_accept_scale,
-        sim_version=ns.sim_version,
-        unknown_args=tuple(unknown),
-    )
+    # Each knob is the flag of the same name (its dest), but for these four.
+    derived: dict[str, Any] = {
+        "speculative_algorithm": (
+            ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
+        ),
+        "sim_slowdown": tuple(ns.sim_slowdown or ()),
+        "disable_radix_cache": ns.disable_radix_cache or ns.enable_prefix_caching is False,
+        "unknown_args": tuple(unknown),
+    }
+    given = vars(ns) | derived
+    knobs = ServerKnobs(**{k.name: given[k.name] for k in fields(ServerKnobs)})
     return SimArgs(
         knobs=knobs,
         faults=build_faults(ns.sim_fault),

@@ -27,12 +27,12 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from pytest_llmperf.base.atomic import atomic_write_text
+from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.metric_defs import METRICS, Direction
 from pytest_llmperf.base.version import __version__
@@ -226,25 +226,9 @@ def baseline_path(directory: str | os.PathLike[str], hardware: str, config: str)
     return Path(directory) / hardware / f"{config}.json"
 
 
-def _render_validation_error(path: Path, err: ValidationError) -> str:
-    lines = [f"{path}: baseline file is invalid ({err.error_count()} error(s)); {_FIX_HINT}:"]
-    for e in err.errors(include_url=False, include_input=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
-        lines.append(f"  - {loc}: {e['msg']} [{e['type']}]")
-    return "\n".join(lines)
-
-
 def load_baseline_file(path: str | os.PathLike[str]) -> BaselineFile:
     """Parse and validate one file; any problem is a ``BaselineFileError`` meant for people."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise BaselineFileError(f"{p}: cannot read baseline file: {exc.strerror}") from None
-    try:
-        return BaselineFile.model_validate_json(raw)
-    except ValidationError as exc:
-        raise BaselineFileError(_render_validation_error(p, exc)) from None
+    return load_model_file(path, BaselineFile, "baseline file", _FIX_HINT, BaselineFileError)
 
 
 def _sorted(obj: Any) -> Any:

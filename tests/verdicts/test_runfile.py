@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,10 @@ from pytest_llmperf.report.results_file import (
     RunFileError,
     add_compare_parser,
     add_merge_parser,
-    compare,
     judge_run,
     load_run,
     merge,
+    render_verdicts,
     save_run,
 )
 from pytest_llmperf.run.compare_settings import compare_settings
@@ -85,22 +86,30 @@ def test_invalid_results_file(tmp_path: Path) -> None:
         load_run(p)
 
 
+def _compare(
+    run: RunFile, baselines: Path, tolerance: float | None = None, gates: Sequence[Gate] = ()
+) -> tuple[str, int]:
+    """What ``llmperf compare`` prints and its exit status."""
+    verdicts = judge_run(run, baselines, tolerance, gates)
+    return render_verdicts(run, verdicts), verdicts.exit_status()
+
+
 def test_compare_exit_status(tmp_path: Path) -> None:
     run = merge(_shards(tmp_path))
     baselines = tmp_path / "baselines"
     _bless(baselines, run)
-    text, status = compare(run, baselines)
+    text, status = _compare(run, baselines)
     assert status == 0 and "fail" not in text
     gate = Gate(config="mtp", reference="plain", factor=0.98)
-    text, status = compare(run, baselines, None, [gate])
+    text, status = _compare(run, baselines, None, [gate])
     assert status == 1 and "mtp at C=64: 1571 tok/s, 32.5 % below plain" in text
     # A 10 % regression at C=64 of plain: fails beyond tolerance + margin.
     slow = run.model_copy(deep=True)
     lv = slow.sweep("plain").levels[4]  # type: ignore[union-attr]
     lv.output_throughput *= 0.85
-    text, status = compare(slow, baselines, 0.05)
+    text, status = _compare(slow, baselines, 0.05)
     assert status == 1 and "plain at C=64: output_throughput 1978 tok/s is 15.0 % below" in text
-    _, status = compare(run, tmp_path / "empty")
+    _, status = _compare(run, tmp_path / "empty")
     assert status == 1  # missing baselines fail like missing snapshots
 
 
