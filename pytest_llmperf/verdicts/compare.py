@@ -12,6 +12,7 @@ then the metric's default.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -361,16 +362,7 @@ def with_launch_adjustment(
     if why and verdict != Verdict.PASS:
         msg += "; " + "; ".join(why)
     decision = adj if verdict != Verdict.FAIL or adj.outcome == "fail" else mc.decision
-    return MetricComparison(
-        metric=mc.metric,
-        unit=mc.unit,
-        current=mc.current,
-        n_current=mc.n_current,
-        baseline=mc.baseline,
-        decision=decision,
-        verdict=verdict,
-        message=msg,
-    )
+    return dataclasses.replace(mc, decision=decision, verdict=verdict, message=msg)
 
 
 def compare_point(
