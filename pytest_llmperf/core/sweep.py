@@ -19,8 +19,7 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import (
@@ -32,8 +31,11 @@ from pytest_llmperf.base.results import (
 )
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
+from pytest_llmperf.core.plan import RequestPlan, plan_level
+from pytest_llmperf.core.progress import Progress, ProgressCallback, _Tracker
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
     PROBE_TIMEOUT_S,
@@ -48,39 +50,17 @@ from pytest_llmperf.core.shard import new_loop, sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
-    build_prompts,
     poisson_offsets,
     prime_prompts,
     warmup_prompt,
 )
 
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
-PROGRESS_INTERVAL_S = 0.25
 T = TypeVar("T")
 
 
 class SweepError(LLMPerfError, RuntimeError):
     """The sweep could not measure anything meaningful (server unreachable, warm-up failed)."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A progress report: which level, how far, and output tok/s so far."""
-
-    concurrency: int
-    done: int
-    total: int
-    failed: int
-    output_tokens: int
-    elapsed_s: float
-    phase: Literal["warmup", "level", "level-done"] = "level"
-
-    @property
-    def tok_per_s(self) -> float:
-        return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-ProgressCallback = Callable[[Progress], None]
 
 
 def validate_levels(levels: Sequence[int]) -> list[int]:
@@ -96,49 +76,15 @@ def validate_levels(levels: Sequence[int]) -> list[int]:
 
 def level_deadline_s(workload: Workload, concurrency: int) -> float:
     """Upper bound on one level: every worker's requests at their full deadline, plus probes."""
-    n = workload.num_requests(concurrency)
-    waves = math.ceil(n / concurrency) if workload.request_rate is None else n
+    n, turns = workload.num_requests(concurrency), workload.turns or 1
+    waves = math.ceil(n / concurrency) * turns if workload.request_rate is None else n
+    think = waves * workload.think_time_s  # multi-turn: at most this long between turns
     waves += workload.prefix_groups or 0  # shared-prefix: the priming requests, one by one
-    return (waves + 1) * workload.request_timeout_s + 4 * PROBE_TIMEOUT_S
+    return (waves + 1) * workload.request_timeout_s + think + 4 * PROBE_TIMEOUT_S
 
 
 def sweep_deadline_s(workload: Workload, levels: Sequence[int]) -> float:
     return sum(level_deadline_s(workload, c) for c in levels) + workload.request_timeout_s + 60.0
-
-
-class _Tracker:
-    """Counts completions and calls the progress callback, throttled to keep it off the hot path."""
-
-    def __init__(self, concurrency: int, total: int, cb: ProgressCallback | None) -> None:
-        self.c, self.total, self.cb = concurrency, total, cb
-        self.done = self.failed = self.tokens = 0
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-
-    def add(self, rec: RequestRecord) -> None:
-        self.done += 1
-        if rec.ok:
-            self.tokens += rec.output_tokens
-        else:
-            self.failed += 1
-        now = time.perf_counter()
-        if self.cb is not None and (now - self._last >= PROGRESS_INTERVAL_S):
-            self._last = now
-            self.report("level")
-
-    def report(self, phase: Literal["warmup", "level", "level-done"]) -> None:
-        if self.cb is not None:
-            self.cb(
-                Progress(
-                    self.c,
-                    self.done,
-                    self.total,
-                    self.failed,
-                    self.tokens,
-                    time.perf_counter() - self.t0,
-                    phase,
-                )
-            )
 
 
 async def _closed_loop(
@@ -210,7 +156,7 @@ async def _measure_level(
     gen: LoadGenerator,
     concurrency: int,
     workload: Workload,
-    prompts: Sequence[Sequence[int] | str],
+    plan: RequestPlan,
     cap: int | None,
     *,
     progress: ProgressCallback | None,
@@ -220,10 +166,10 @@ async def _measure_level(
     sizing: ChatSizing | None = None,
     client_processes: int = 1,
 ) -> LevelResult:
-    n = workload.num_requests(concurrency)
+    prompts, n, multi = plan.prompts, len(plan.prompts), plan.turns > 1
     notes: list[str] = []
-    if client_processes > 1 and workload.request_rate is not None:
-        notes.append("open loop: one client process (sharding is for closed loops)")
+    if client_processes > 1 and (workload.request_rate is not None or multi):
+        notes.append("one client process (sharding is for closed loops of single requests)")
         client_processes = 1
     if sizing is not None and not sizing.exact:
         notes.append(
@@ -236,7 +182,7 @@ async def _measure_level(
     primed = await _prime(gen, workload)
     if primed:
         notes.append(primed)
-    bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
+    bodies = [gen.body(p, o) for p, o in zip(prompts, plan.output_lens, strict=True)]
     tracker = _Tracker(concurrency, n, progress)
     sampler = MetricsSampler(gen.http) if scrape_metrics else None
     monitor = LoopMonitor()
@@ -260,6 +206,10 @@ async def _measure_level(
                     workload.output_len,
                     tracker.add,
                     level_deadline_s(workload, concurrency),
+                )
+            elif multi:
+                records = await conversation_loop(
+                    gen, concurrency, prompts, bodies, plan.turns, plan.think_s, tracker.add
                 )
             elif workload.request_rate is None:
                 records = await _closed_loop(
@@ -290,8 +240,12 @@ async def _measure_level(
         for i, r in enumerate(records)
     ]
     result = compute_level(final, max_concurrency=concurrency, details=details, slo=slo)
-    if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
+    if plan.per_request_targets(workload):
+        result.expected_input_tokens, result.expected_output_tokens = plan.expected_totals(final)
+    if workload.kind != "random" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
+    if multi:
+        result.ttft_by_turn_ms = ttft_by_turn_ms(final, plan.turns)
     health = with_token_cost(health, cpu_s, result.total_output_tokens)
     info = await get_server_info(gen.http)
     if info is not None:
@@ -368,12 +322,19 @@ async def _warm_up(
 
 async def _size_chat(gen: LoadGenerator, workload: Workload) -> ChatSizing | None:
     """Chat: size prompts to input_len as the server counts (core/chat_sizing.py)."""
-    if workload.backend != "openai-chat":
+    if workload.backend != "openai-chat" or workload.dataset is not None:
         return None
     try:
         return await size_chat_prompts(gen, workload.input_len)
     except ChatSizingError as e:
         raise SweepError(str(e)) from None
+
+
+def _plan(workload: Workload, c: int, start: int, sizing: ChatSizing | None) -> RequestPlan:
+    filler, unit = (sizing.filler, sizing.per_unit) if sizing is not None else (None, 1)
+    return plan_level(
+        workload, workload.num_requests(c), start, chat_filler=filler, chat_per_unit=unit
+    )
 
 
 async def run_sweep_async(
@@ -409,19 +370,18 @@ async def run_sweep_async(
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
         await _warm_up(gen, workload, progress, prompt_start)
         sizing = await _size_chat(gen, workload)
-        filler = sizing.filler if sizing is not None else None
         result = SweepResult(config=config_name, server=facts, workload=workload)
         start = prompt_start
         for c in levels:
             # each level takes fresh prompts: nothing it sends is in any prefix cache
-            prompts = build_prompts(workload, workload.num_requests(c), start, chat_filler=filler)
-            start += len(prompts)
+            plan = _plan(workload, c, start, sizing)
+            start += plan.ordinals
             result.levels.append(
                 await _measure_level(
                     gen,
                     c,
                     workload,
-                    prompts,
+                    plan,
                     facts.max_running_requests,
                     progress=progress,
                     details=details,
@@ -466,17 +426,11 @@ async def run_level_async(
         info = await get_server_info(gen.http)
         first_ms = await _warm_up(gen, workload, progress, prompt_start) if warmup else None
         sizing = await _size_chat(gen, workload)
-        prompts = build_prompts(
-            workload,
-            workload.num_requests(concurrency),
-            prompt_start,
-            chat_filler=sizing.filler if sizing is not None else None,
-        )
         level = await _measure_level(
             gen,
             concurrency,
             workload,
-            prompts,
+            _plan(workload, concurrency, prompt_start, sizing),
             effective_running_cap(info or {}),
             progress=progress,
             details=details,
