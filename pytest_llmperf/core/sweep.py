@@ -246,6 +246,7 @@ async def _measure_level(
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
     if multi:
         result.ttft_by_turn_ms = ttft_by_turn_ms(final, plan.turns)
+        notes.append(f"multi-turn: history share {workload.expected_cache_hit_rate():.1%}")
     health = with_token_cost(health, cpu_s, result.total_output_tokens)
     info = await get_server_info(gen.http)
     if info is not None:

@@ -218,7 +218,8 @@ def check_level(
                 "run's (change the seed or restart it)"
             )
 
-    closed_loop = workload is None or workload.request_rate is None
+    # think time (multi-turn) leaves a conversation idle by design: no in-flight floor then
+    closed_loop = workload is None or (workload.request_rate is None and not workload.think_time_s)
     if closed_loop and level.concurrency > 0 and level.completed > 0:
         reachable = min(c, level.num_requests)
         floor = policy.min_concurrency_ratio * reachable

@@ -45,3 +45,17 @@ def _prompts(wl: Workload) -> list[str]:
     from pytest_llmperf.core.plan import plan_level
 
     return [str(p).split(" ", 1)[1] for p in plan_level(wl, 12).prompts]
+
+
+def test_multi_turn_history_is_served_from_the_prefix_cache(sim: ServerThread) -> None:
+    wl = Workload(
+        kind="multi-turn", turns=4, input_len=128, output_len=16, think_time_s=0.01,
+        requests_per_level=8,
+    )  # fmt: skip
+    lv = run_level(sim.url, 4, wl, warmup=False)
+    assert lv.completed == 32 and check_level(lv, wl) == []
+    # history per conversation: 128 + 272 + 416 of 1376 prompt tokens (all multiples of 16)
+    assert wl.expected_cache_hit_rate() == pytest.approx(816 / 1376)
+    assert lv.cache_hit_rate == pytest.approx(816 / 1376)
+    assert lv.ttft_by_turn_ms is not None and len(lv.ttft_by_turn_ms) == 4
+    assert all(t is not None and t > 0 for t in lv.ttft_by_turn_ms)
