@@ -29,6 +29,7 @@ from pytest_llmperf.base.results import (
     SweepResult,
     Workload,
 )
+from pytest_llmperf.core.cache_metrics import hit_rate_between, scrape_cache_counters
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
@@ -183,6 +184,8 @@ async def _measure_level(
     if primed:
         notes.append(primed)
     bodies = [gen.body(p, o) for p, o in zip(prompts, plan.output_lens, strict=True)]
+    cache_wanted = workload.kind != "random"  # a fallback if responses carry no cached_tokens
+    counters = await scrape_cache_counters(gen.http) if cache_wanted else None
     tracker = _Tracker(concurrency, n, progress)
     sampler = MetricsSampler(gen.http) if scrape_metrics else None
     monitor = LoopMonitor()
@@ -244,6 +247,11 @@ async def _measure_level(
         result.expected_input_tokens, result.expected_output_tokens = plan.expected_totals(final)
     if workload.kind != "random" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
+    if cache_wanted and result.total_cached_tokens == 0 and result.completed:
+        rate = hit_rate_between(counters, await scrape_cache_counters(gen.http))
+        if rate:  # the responses said nothing (OpenAI routes without a cache report)
+            result.cache_hit_rate = rate
+            notes.append("cache hit rate from /metrics counters over the level (all clients)")
     if multi:
         result.ttft_by_turn_ms = ttft_by_turn_ms(final, plan.turns)
         notes.append(f"multi-turn: history share {workload.expected_cache_hit_rate():.1%}")

@@ -59,3 +59,25 @@ def test_multi_turn_history_is_served_from_the_prefix_cache(sim: ServerThread) -
     assert lv.cache_hit_rate == pytest.approx(816 / 1376)
     assert lv.ttft_by_turn_ms is not None and len(lv.ttft_by_turn_ms) == 4
     assert all(t is not None and t > 0 for t in lv.ttft_by_turn_ms)
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_without_a_cache_report_the_hit_rate_comes_from_metrics(metrics: bool) -> None:
+    """OpenAI routes carry no cached_tokens without --enable-cache-report: the level reads
+    SGLang's counters from /metrics instead (and has no rate without them)."""
+    flags = [*profile_args(), *(["--enable-metrics"] if metrics else [])]
+    st = ServerThread(SimServer(parse_args(flags).knobs)).start()
+    try:
+        wl = Workload(
+            kind="multi-turn", turns=3, input_len=128, output_len=16, backend="openai",
+            requests_per_level=4,
+        )  # fmt: skip
+        lv = run_level(st.url, 2, wl, warmup=False)
+    finally:
+        st.stop()
+    assert lv.completed == 12 and lv.total_cached_tokens == 0
+    if metrics:
+        assert lv.cache_hit_rate == pytest.approx(wl.expected_cache_hit_rate())
+        assert any("/metrics counters" in n for n in lv.notes)
+    else:
+        assert lv.cache_hit_rate == 0.0  # what the responses said; nothing to fall back on
