@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import Mode, SweepResult, Workload
 from pytest_llmperf.base.values import parse_levels, parse_positive_float, parse_positive_int
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
@@ -329,9 +328,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             turns=args.turns,
             think_time_s=args.think_time,
         )
-        workload.key()  # a dataset file that cannot be read fails here, not mid-sweep
-    except (ValidationError, InputError) as e:
-        print(f"llmperf sweep: error: the workload settings do not fit: {e}", file=sys.stderr)
+    except ValidationError as e:
+        why = "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
+        print(f"llmperf sweep: error: the workload settings do not fit: {why}", file=sys.stderr)
         return EXIT_USAGE
     from pytest_llmperf.launch.launcher import LaunchError
 

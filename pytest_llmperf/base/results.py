@@ -59,9 +59,22 @@ class Workload(_Model):
     # lengths from the replies (core/dataset.py) or dataset_output_len for all.
     dataset: str | None = None
     dataset_output_len: PositiveInt | None = None
+    # The file's SHA-256, taken when the workload is made (a results file keeps it, so its key
+    # is known where the dataset file is not).
+    dataset_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     # multi-turn: turns per conversation and the most think time between two turns (seconds).
     turns: int | None = Field(default=None, ge=2, le=64)
     think_time_s: float = Field(default=0.0, ge=0.0, le=60.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_dataset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("dataset") and not data.get("dataset_sha256"):
+            from pytest_llmperf.base.sharegpt import content_hash, load_sharegpt
+
+            load_sharegpt(data["dataset"])  # a bad file fails here, naming entry and field
+            data = {**data, "dataset_sha256": content_hash(data["dataset"])}
+        return data
 
     @model_validator(mode="after")
     def _mixes(self) -> Workload:
@@ -70,6 +83,8 @@ class Workload(_Model):
                 raise ValueError("range_ratio needs workload = 'random' without a dataset")
             if self.range_convention == "vllm" and self.range_ratio >= 1.0:
                 raise ValueError("range_ratio must be < 1 with range_convention = 'vllm'")
+        if self.dataset is None and self.dataset_sha256 is not None:
+            raise ValueError("dataset_sha256 needs a dataset")
         if self.dataset_output_len is not None and self.dataset is None:
             raise ValueError("dataset_output_len needs a dataset")
         if self.dataset is not None and self.kind != "random":
@@ -166,10 +181,8 @@ class Workload(_Model):
         """The dataset file's stem and the first 8 hex digits of its SHA-256."""
         from pathlib import Path
 
-        from pytest_llmperf.base.sharegpt import content_hash
-
-        assert self.dataset is not None
-        return f"{Path(self.dataset).stem}-{content_hash(self.dataset)[:8]}"
+        assert self.dataset is not None and self.dataset_sha256 is not None
+        return f"{Path(self.dataset).stem}-{self.dataset_sha256[:8]}"
 
 
 class ServerFacts(_Model):

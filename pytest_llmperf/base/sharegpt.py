@@ -90,13 +90,24 @@ def _entry(path: Path, i: int, obj: object) -> DatasetEntry:
 
 
 def load_sharegpt(path: str | Path) -> list[DatasetEntry]:
-    """Every entry of a ShareGPT ``.json`` / ``.jsonl`` file, in file order."""
+    """Every entry of a ShareGPT ``.json`` / ``.jsonl`` file, in file order (read once per
+    path, mtime and size: the workload checks it when made, each level reads it again)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise DatasetError(f"dataset file {p}: {e.strerror or e}") from None
+    return list(_load(str(p), st.st_mtime_ns, st.st_size))
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, mtime_ns: int, size: int) -> tuple[DatasetEntry, ...]:
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as e:
         raise DatasetError(f"dataset file {p}: {e.strerror or e}") from None
-    entries = [_entry(p, i, obj) for i, obj in enumerate(_records(p, raw))]
+    entries = tuple(_entry(p, i, obj) for i, obj in enumerate(_records(p, raw)))
     if not entries:
         raise DatasetError(f"{p}: no entries")
     return entries

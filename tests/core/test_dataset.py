@@ -68,8 +68,8 @@ def test_a_bad_jsonl_line_and_a_missing_file_are_named(tmp_path: Path) -> None:
     f.write_text('{"conversations": []}\n{oops\n')
     with pytest.raises(InputError, match=r"bad.jsonl: line 2 is not JSON"):
         load_sharegpt(f)
-    with pytest.raises(InputError, match="dataset file .*missing.json"):
-        Workload(dataset=str(tmp_path / "missing.json")).key()
+    with pytest.raises(ValueError, match="dataset file .*missing.json"):
+        Workload(dataset=str(tmp_path / "missing.json"))
 
 
 def test_output_lengths_follow_the_reply_or_the_fixed_length() -> None:
@@ -96,7 +96,12 @@ def test_key_records_the_file_name_and_content_hash(tmp_path: Path) -> None:
     assert DS.model_copy(update={"dataset_output_len": 64}).key().endswith(f"{digest}-out64")
     copy = tmp_path / "sharegpt_small.json"
     copy.write_bytes(SMALL.read_bytes().replace(b"grey cat", b"black cat"))
-    assert Workload(dataset=str(copy)).key() != DS.key()  # same name, other content
+    edited = Workload(dataset=str(copy))
+    assert edited.key() != DS.key()  # same name, other content
+    # a results file keeps the hash: its key is known where the dataset file is not
+    saved = edited.model_dump_json()
+    copy.unlink()
+    assert Workload.model_validate_json(saved).key() == edited.key()
 
 
 def test_dataset_settings_that_do_not_fit_are_rejected() -> None:

@@ -66,3 +66,15 @@ def test_length_mix_dataset_and_multi_turn_settings_resolve_from_every_source() 
         "think_time": 0.1,
         "range_ratio": 0.2,
     }
+
+
+def test_a_bad_dataset_file_is_a_usage_error_naming_file_and_entry(pytester) -> None:
+    from .conftest import SUITE, SWEEP_TEST, run
+
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    pytester.path.joinpath("chats.json").write_text('[{"conversations": [{"from": "human"}]}]')
+    result = run(pytester, "--llmperf-dataset", "chats.json")
+    assert result.ret == 4  # pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*chats.json: entry 0: field conversations.0.value: *"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
