@@ -43,3 +43,21 @@ def test_shared_prefix_ttft(llmperf_point):
 )
 def test_startup(llmperf_point):
     llmperf_point.assert_baseline()
+
+
+# multi-turn: 8 open conversations of 4 turns, each turn re-sending the previous prompt plus a
+# 32-token reply, with up to 20 ms of think time. A prefix cache should serve the history
+# (58 % of prompt tokens); a cache that evicts it under the other conversations' traffic, or
+# an engine without one, lowers the measured rate, which has a baseline.
+@pytest.mark.llmperf(
+    workload="multi-turn",
+    turns=4,
+    think_time=0.02,
+    input_len=500,
+    output_len=32,
+    levels=[8],
+    requests=8,
+    metrics=["cache_hit_rate"],
+)
+def test_multi_turn_hit_rate(llmperf_point):
+    llmperf_point.assert_baseline()

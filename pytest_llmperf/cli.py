@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from pydantic import ValidationError
+
 from pytest_llmperf.base.results import Mode, SweepResult, Workload
 from pytest_llmperf.base.values import parse_levels, parse_positive_float, parse_positive_int
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
@@ -89,6 +91,18 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="open-loop Poisson arrivals in req/s (at most C in flight)",
     )
     p.add_argument("--seed", type=int, default=0)
+    w = p.add_argument_group("workload (README: Workloads)")
+    w.add_argument(
+        "--workload", choices=["random", "shared-prefix", "multi-turn"], default="random"
+    )
+    w.add_argument("--prefix-len", type=_positive_int, help="shared-prefix: prefix tokens")
+    w.add_argument("--prefix-groups", type=_positive_int, help="shared-prefix: prefixes")
+    w.add_argument("--range-ratio", type=float, help="length mix ratio r in [0, 1]")
+    w.add_argument("--range-convention", choices=["sglang", "vllm"], default="sglang")
+    w.add_argument("--dataset", help="a ShareGPT .json/.jsonl file")
+    w.add_argument("--dataset-output-len", type=_positive_int)
+    w.add_argument("--turns", type=_positive_int, help="multi-turn: turns per conversation")
+    w.add_argument("--think-time", type=float, default=0.0, help="multi-turn: most seconds")
     p.add_argument(
         "--timeout",
         type=_positive_float,
@@ -295,15 +309,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-    workload = Workload(
-        backend=args.backend,
-        input_len=args.input_len,
-        output_len=args.output_len,
-        seed=args.seed,
-        requests_per_level=args.requests,
-        request_timeout_s=args.timeout,
-        request_rate=args.request_rate,
-    )
+    try:
+        workload = Workload(
+            backend=args.backend,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            seed=args.seed,
+            requests_per_level=args.requests,
+            request_timeout_s=args.timeout,
+            request_rate=args.request_rate,
+            kind=args.workload,
+            prefix_len=args.prefix_len,
+            prefix_groups=args.prefix_groups,
+            range_ratio=args.range_ratio,
+            range_convention=args.range_convention,
+            dataset=args.dataset,
+            dataset_output_len=args.dataset_output_len,
+            turns=args.turns,
+            think_time_s=args.think_time,
+        )
+    except ValidationError as e:
+        why = "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
+        print(f"llmperf sweep: error: the workload settings do not fit: {why}", file=sys.stderr)
+        return EXIT_USAGE
     from pytest_llmperf.launch.launcher import LaunchError
 
     try:

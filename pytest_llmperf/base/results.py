@@ -16,7 +16,11 @@ from pytest_llmperf.base.version import __version__
 Backend = Literal["sglang", "openai", "openai-chat"]
 # What the prompts are: fresh random ones (no cache can serve them), or G groups sharing a
 # P-token prefix each (the radix cache serves the prefix; core/workload.py).
-WorkloadKind = Literal["random", "shared-prefix"]
+# multi-turn: conversations that re-send their history each turn (core/conversations.py).
+WorkloadKind = Literal["random", "shared-prefix", "multi-turn"]
+# How ``range_ratio`` spreads lengths around L: SGLang's bench_serving draws from [r*L, L],
+# vLLM's benchmarks from [(1-r)*L, (1+r)*L] (core/lengths.py cites both).
+RangeConvention = Literal["sglang", "vllm"]
 # How a server came to be measured: the one word the header, results and baselines use.
 Mode = Literal["launched", "attached", "simulated"]
 
@@ -47,10 +51,59 @@ class Workload(_Model):
     # tokens, then a unique suffix up to ``input_len``.
     prefix_len: PositiveInt | None = None
     prefix_groups: PositiveInt | None = None
+    # Length mixes: per-request input/output lengths drawn uniformly around input_len and
+    # output_len (None: every request has exactly those lengths).
+    range_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
+    range_convention: RangeConvention = "sglang"
+    # A ShareGPT .json/.jsonl file (base/sharegpt.py) instead of generated prompts; output
+    # lengths from the replies (core/dataset.py) or dataset_output_len for all.
+    dataset: str | None = None
+    dataset_output_len: PositiveInt | None = None
+    # The file's SHA-256, taken when the workload is made (a results file keeps it, so its key
+    # is known where the dataset file is not).
+    dataset_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # multi-turn: turns per conversation and the most think time between two turns (seconds).
+    turns: int | None = Field(default=None, ge=2, le=64)
+    think_time_s: float = Field(default=0.0, ge=0.0, le=60.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hash_dataset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("dataset") and not data.get("dataset_sha256"):
+            from pytest_llmperf.base.sharegpt import content_hash, load_sharegpt
+
+            load_sharegpt(data["dataset"])  # a bad file fails here, naming entry and field
+            data = {**data, "dataset_sha256": content_hash(data["dataset"])}
+        return data
+
+    @model_validator(mode="after")
+    def _mixes(self) -> Workload:
+        if self.range_ratio is not None:
+            if self.kind != "random" or self.dataset is not None:
+                raise ValueError("range_ratio needs workload = 'random' without a dataset")
+            if self.range_convention == "vllm" and self.range_ratio >= 1.0:
+                raise ValueError("range_ratio must be < 1 with range_convention = 'vllm'")
+        if self.dataset is None and self.dataset_sha256 is not None:
+            raise ValueError("dataset_sha256 needs a dataset")
+        if self.dataset_output_len is not None and self.dataset is None:
+            raise ValueError("dataset_output_len needs a dataset")
+        if self.dataset is not None and self.kind != "random":
+            raise ValueError("a dataset replaces the generated prompts: use workload = 'random'")
+        multi = self.kind == "multi-turn"
+        if multi != (self.turns is not None) or (self.think_time_s > 0 and not multi):
+            raise ValueError(
+                "workload 'multi-turn' needs turns (>= 2); turns and think_time_s need it"
+            )
+        if multi and (self.backend == "openai-chat" or self.request_rate is not None):
+            raise ValueError(
+                "workload 'multi-turn' sends token ids in a closed loop: use backend sglang or "
+                "openai, without request_rate"
+            )
+        return self
 
     @model_validator(mode="after")
     def _shared_prefix(self) -> Workload:
-        if self.kind == "random":
+        if self.kind != "shared-prefix":
             if self.prefix_len is not None or self.prefix_groups is not None:
                 raise ValueError("prefix_len and prefix_groups need workload = 'shared-prefix'")
             return self
@@ -76,7 +129,17 @@ class Workload(_Model):
         """
         if self.kind == "shared-prefix" and self.prefix_len is not None:
             return self.prefix_len / self.input_len
+        if self.kind == "multi-turn" and self.turns is not None:
+            # turn t re-sends turn t-1's prompt: t-1 user messages and t-2 replies
+            u, o, n = self.input_len, self.output_len, self.turns
+            prompts = sum(t * u + (t - 1) * o for t in range(1, n + 1))
+            history = sum((t - 1) * u + max(t - 2, 0) * o for t in range(2, n + 1))
+            return history / prompts
         return 0.0
+
+    def requests_sent(self, concurrency: int) -> int:
+        """Requests of a level: ``num_requests`` conversations of ``turns`` each (multi-turn)."""
+        return self.num_requests(concurrency) * (self.turns or 1)
 
     def num_requests(self, concurrency: int) -> int:
         """How many requests a level of this concurrency sends."""
@@ -92,7 +155,14 @@ class Workload(_Model):
         ``sglang-in1000-out1000`` still means the default workload. ``request_timeout_s`` is
         left out: it decides whether a request fails, not how fast it runs.
         """
-        k = f"{self.backend}-in{self.input_len}-out{self.output_len}"
+        if self.dataset is not None:
+            k = f"{self.backend}-ds{self.dataset_tag()}"
+            if self.dataset_output_len is not None:
+                k += f"-out{self.dataset_output_len}"
+        else:
+            k = f"{self.backend}-in{self.input_len}-out{self.output_len}"
+        if self.range_ratio is not None:
+            k += f"-rr{self.range_ratio:g}{self.range_convention}"
         if self.requests_per_level is not None:
             k += f"-req{self.requests_per_level}"
         if self.request_rate is not None:
@@ -103,7 +173,16 @@ class Workload(_Model):
             k += f"-temp{self.temperature:g}"
         if self.kind == "shared-prefix":
             k += f"-sp{self.prefix_groups}x{self.prefix_len}"
+        if self.kind == "multi-turn":
+            k += f"-mt{self.turns}" + (f"-think{self.think_time_s:g}" if self.think_time_s else "")
         return k
+
+    def dataset_tag(self) -> str:
+        """The dataset file's stem and the first 8 hex digits of its SHA-256."""
+        from pathlib import Path
+
+        assert self.dataset is not None and self.dataset_sha256 is not None
+        return f"{Path(self.dataset).stem}-{self.dataset_sha256[:8]}"
 
 
 class ServerFacts(_Model):
@@ -178,9 +257,16 @@ class LevelResult(_Model):
     # Prompt tokens the server reported serving from its prefix cache (SGLang
     # meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens).
     total_cached_tokens: int = 0
-    # shared-prefix levels only: total_cached_tokens / total_input_tokens (None elsewhere, so
-    # random workloads record no hit rate and gate none).
+    # shared-prefix and multi-turn levels only: total_cached_tokens / total_input_tokens (None
+    # elsewhere, so random workloads record no hit rate and gate none).
     cache_hit_rate: float | None = None
+    # Sums of the completed requests' own targets (length mixes, datasets, multi-turn): what
+    # validity compares the delivered totals with. None: completed x the workload's lengths
+    # (input: also when the server's count cannot be known offline, as for a dataset's text).
+    expected_input_tokens: int | None = None
+    expected_output_tokens: int | None = None
+    # multi-turn: median TTFT (ms) of each turn over the level's conversations.
+    ttft_by_turn_ms: list[float | None] | None = None
     # Chat: tokens of each prompt around its sized content (template, the prompt's number),
     # measured at the server; a prefix cache may serve up to this many per request.
     prompt_overhead_tokens: int = 0

@@ -54,6 +54,21 @@ def parse_positive_float(text: Any) -> float:
     return value
 
 
+def parse_unit_float(text: Any) -> float:
+    """A number in [0, 1] (a range ratio)."""
+    value = parse_float(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"must be between 0 and 1, got {value:g}")
+    return value
+
+
+def parse_nonneg_float(text: Any) -> float:
+    value = parse_float(text)
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {value:g}")
+    return value
+
+
 def parse_bool(text: Any) -> bool:
     if isinstance(text, bool):
         return text

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import (
@@ -32,10 +32,14 @@ from pytest_llmperf.base.results import (
     SweepResult,
     Workload,
 )
+from pytest_llmperf.core.cache_metrics import hit_rate_between, scrape_cache_counters
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
+from pytest_llmperf.core.plan import RequestPlan, plan_level
+from pytest_llmperf.core.progress import Progress, ProgressCallback, _Tracker
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
     PROBE_TIMEOUT_S,
@@ -50,40 +54,18 @@ from pytest_llmperf.core.shard import new_loop, sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
-    build_prompts,
     poisson_offsets,
     prime_prompts,
     warmup_prompt,
 )
 
 WARMUP_OUTPUT_LEN = 32  # bench_serving caps its warm-up output the same way
-PROGRESS_INTERVAL_S = 0.25
 T = TypeVar("T")
 P = ParamSpec("P")
 
 
 class SweepError(LLMPerfError, RuntimeError):
     """The sweep could not measure anything meaningful (server unreachable, warm-up failed)."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A progress report: which level, how far, and output tok/s so far."""
-
-    concurrency: int
-    done: int
-    total: int
-    failed: int
-    output_tokens: int
-    elapsed_s: float
-    phase: Literal["warmup", "level", "level-done"] = "level"
-
-    @property
-    def tok_per_s(self) -> float:
-        return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-ProgressCallback = Callable[[Progress], None]
 
 
 def validate_levels(levels: Sequence[int]) -> list[int]:
@@ -99,49 +81,15 @@ def validate_levels(levels: Sequence[int]) -> list[int]:
 
 def level_deadline_s(workload: Workload, concurrency: int) -> float:
     """Upper bound on one level: every worker's requests at their full deadline, plus probes."""
-    n = workload.num_requests(concurrency)
-    waves = math.ceil(n / concurrency) if workload.request_rate is None else n
+    n, turns = workload.num_requests(concurrency), workload.turns or 1
+    waves = math.ceil(n / concurrency) * turns if workload.request_rate is None else n
+    think = waves * workload.think_time_s  # multi-turn: at most this long between turns
     waves += workload.prefix_groups or 0  # shared-prefix: the priming requests, one by one
-    return (waves + 1) * workload.request_timeout_s + 4 * PROBE_TIMEOUT_S
+    return (waves + 1) * workload.request_timeout_s + think + 4 * PROBE_TIMEOUT_S
 
 
 def sweep_deadline_s(workload: Workload, levels: Sequence[int]) -> float:
     return sum(level_deadline_s(workload, c) for c in levels) + workload.request_timeout_s + 60.0
-
-
-class _Tracker:
-    """Counts completions and calls the progress callback, throttled to keep it off the hot path."""
-
-    def __init__(self, concurrency: int, total: int, cb: ProgressCallback | None) -> None:
-        self.c, self.total, self.cb = concurrency, total, cb
-        self.done = self.failed = self.tokens = 0
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-
-    def add(self, rec: RequestRecord) -> None:
-        self.done += 1
-        if rec.ok:
-            self.tokens += rec.output_tokens
-        else:
-            self.failed += 1
-        now = time.perf_counter()
-        if self.cb is not None and (now - self._last >= PROGRESS_INTERVAL_S):
-            self._last = now
-            self.report("level")
-
-    def report(self, phase: Literal["warmup", "level", "level-done"]) -> None:
-        if self.cb is not None:
-            self.cb(
-                Progress(
-                    self.c,
-                    self.done,
-                    self.total,
-                    self.failed,
-                    self.tokens,
-                    time.perf_counter() - self.t0,
-                    phase,
-                )
-            )
 
 
 @dataclass
@@ -224,19 +172,17 @@ async def _measure_level(
     gen: LoadGenerator,
     concurrency: int,
     workload: Workload,
-    prompt_start: int,
+    plan: RequestPlan,
     cap: int | None,
     sizing: ChatSizing | None,
     asked: _Asked,
 ) -> LevelResult:
-    """One level of fresh prompts (ordinals from ``prompt_start``), so none is in any cache."""
-    n = workload.num_requests(concurrency)
-    filler = sizing.filler if sizing is not None else None
-    prompts = build_prompts(workload, n, prompt_start, chat_filler=filler)
+    """One level of the planned requests (fresh prompt ordinals: none is in any cache)."""
+    prompts, n, multi = plan.prompts, len(plan.prompts), plan.turns > 1
     client_processes = asked.client_processes
     notes: list[str] = []
-    if client_processes > 1 and workload.request_rate is not None:
-        notes.append("open loop: one client process (sharding is for closed loops)")
+    if client_processes > 1 and (workload.request_rate is not None or multi):
+        notes.append("one client process (sharding is for closed loops of single requests)")
         client_processes = 1
     if sizing is not None and not sizing.exact:
         notes.append(
@@ -249,7 +195,9 @@ async def _measure_level(
     primed = await _prime(gen, workload)
     if primed:
         notes.append(primed)
-    bodies = [gen.body(p, workload.output_len) for p in prompts[:n]]
+    bodies = [gen.body(p, o) for p, o in zip(prompts, plan.output_lens, strict=True)]
+    cache_wanted = workload.kind != "random"  # a fallback if responses carry no cached_tokens
+    counters = await scrape_cache_counters(gen.http) if cache_wanted else None
     tracker = _Tracker(concurrency, n, asked.progress)
     sampler = MetricsSampler(gen.http) if asked.scrape_metrics else None
     monitor = LoopMonitor()
@@ -274,6 +222,10 @@ async def _measure_level(
                     tracker.add,
                     level_deadline_s(workload, concurrency),
                 )
+            elif multi:
+                records = await conversation_loop(
+                    gen, concurrency, prompts, bodies, plan.turns, plan.think_s, tracker.add
+                )
             else:
                 requests = _Requests(gen, prompts, bodies, workload.output_len, tracker)
                 if workload.request_rate is None:
@@ -296,8 +248,18 @@ async def _measure_level(
         for i, r in enumerate(records)
     ]
     result = compute_level(final, max_concurrency=concurrency, details=asked.details, slo=asked.slo)
-    if workload.kind == "shared-prefix" and result.total_input_tokens > 0:
+    if plan.per_request_targets(workload):
+        result.expected_input_tokens, result.expected_output_tokens = plan.expected_totals(final)
+    if workload.kind != "random" and result.total_input_tokens > 0:
         result.cache_hit_rate = result.total_cached_tokens / result.total_input_tokens
+    if cache_wanted and result.total_cached_tokens == 0 and result.completed:
+        rate = hit_rate_between(counters, await scrape_cache_counters(gen.http))
+        if rate:  # the responses said nothing (OpenAI routes without a cache report)
+            result.cache_hit_rate = rate
+            notes.append("cache hit rate from /metrics counters over the level (all clients)")
+    if multi:
+        result.ttft_by_turn_ms = ttft_by_turn_ms(final, plan.turns)
+        notes.append(f"multi-turn: history share {workload.expected_cache_hit_rate():.1%}")
     health = with_token_cost(health, cpu_s, result.total_output_tokens)
     info = await get_server_info(gen.http)
     if info is not None:
@@ -386,12 +348,19 @@ async def _warm_up(
 
 async def _size_chat(gen: LoadGenerator, workload: Workload) -> ChatSizing | None:
     """Chat: size prompts to input_len as the server counts (core/chat_sizing.py)."""
-    if workload.backend != "openai-chat":
+    if workload.backend != "openai-chat" or workload.dataset is not None:
         return None
     try:
         return await size_chat_prompts(gen, workload.input_len)
     except ChatSizingError as e:
         raise SweepError(str(e)) from None
+
+
+def _plan(workload: Workload, c: int, start: int, sizing: ChatSizing | None) -> RequestPlan:
+    filler, unit = (sizing.filler, sizing.per_unit) if sizing is not None else (None, 1)
+    return plan_level(
+        workload, workload.num_requests(c), start, chat_filler=filler, chat_per_unit=unit
+    )
 
 
 async def run_sweep_async(
@@ -421,13 +390,17 @@ async def run_sweep_async(
         await _warm_up(gen, workload, progress, prompt_start)
         sizing = await _size_chat(gen, workload)
         asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
-        cap = facts.max_running_requests
         result = SweepResult(config=config_name, server=facts, workload=workload)
         start = prompt_start
         for c in levels:
             # each level takes fresh prompts: nothing it sends is in any prefix cache
-            result.levels.append(await _measure_level(gen, c, workload, start, cap, sizing, asked))
-            start += workload.num_requests(c)
+            plan = _plan(workload, c, start, sizing)
+            start += plan.ordinals
+            result.levels.append(
+                await _measure_level(
+                    gen, c, workload, plan, facts.max_running_requests, sizing, asked
+                )
+            )
     return result
 
 
@@ -457,8 +430,9 @@ async def run_level_async(
         first_ms = await _warm_up(gen, workload, progress, prompt_start) if warmup else None
         sizing = await _size_chat(gen, workload)
         asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
+        plan = _plan(workload, concurrency, prompt_start, sizing)
         cap = effective_running_cap(info or {})
-        level = await _measure_level(gen, concurrency, workload, prompt_start, cap, sizing, asked)
+        level = await _measure_level(gen, concurrency, workload, plan, cap, sizing, asked)
         level.first_request_ms = first_ms
         return level
 

@@ -170,6 +170,12 @@ class LLMPerfSession:
             "kind": get("workload"),
             "prefix_len": get("prefix_len"),
             "prefix_groups": get("prefix_groups"),
+            "range_ratio": get("range_ratio"),
+            "range_convention": get("range_convention"),
+            "dataset": get("dataset"),
+            "dataset_output_len": get("dataset_output_len"),
+            "turns": get("turns"),
+            "think_time_s": get("think_time"),
         }
         try:
             return Workload(**fields)

@@ -19,6 +19,7 @@ from pytest_llmperf.base.values import (
     parse_int,
     parse_levels,
     parse_metrics,
+    parse_nonneg_float,
     parse_nonneg_int,
     parse_positive_float,
     parse_positive_int,
@@ -26,6 +27,7 @@ from pytest_llmperf.base.values import (
     parse_slack,
     parse_str,
     parse_tolerances,
+    parse_unit_float,
 )
 
 
@@ -321,10 +323,55 @@ SETTINGS: tuple[Setting, ...] = (
     # workloads: what the prompts are (core/workload.py); recorded in the baseline key.
     Setting(
         "workload",
-        parse_choice("random", "shared-prefix"),
+        parse_choice("random", "shared-prefix", "multi-turn"),
         "random",
-        "prompts: random (fresh, no cache can serve them) or shared-prefix (prefix_groups "
-        "prefixes of prefix_len tokens, primed in the prefix cache; its hit rate is measured)",
+        "prompts: random (fresh, no cache can serve them), shared-prefix (prefix_groups "
+        "prefixes of prefix_len tokens, primed in the prefix cache; its hit rate is measured) "
+        "or multi-turn (conversations of `turns` turns re-sending their history)",
+        marker=True,
+    ),
+    Setting(
+        "range_ratio",
+        parse_unit_float,
+        None,
+        "length mix: draw each request's input/output length around input_len/output_len "
+        "(see range_convention), a number in [0, 1]",
+        marker=True,
+    ),
+    Setting(
+        "range_convention",
+        parse_choice("sglang", "vllm"),
+        "sglang",
+        "length mix: sglang draws from [r*L, L] (bench_serving --random-range-ratio), vllm "
+        "from [(1-r)*L, (1+r)*L] (vLLM's RandomDataset)",
+        marker=True,
+    ),
+    Setting(
+        "dataset",
+        parse_str,
+        None,
+        "a ShareGPT .json/.jsonl file: prompts are each entry's first human turn",
+        marker=True,
+    ),
+    Setting(
+        "dataset_output_len",
+        parse_positive_int,
+        None,
+        "dataset: output tokens of every request (default: the reply's words x 1.3)",
+        marker=True,
+    ),
+    Setting(
+        "turns",
+        parse_positive_int,
+        None,
+        "multi-turn: turns per conversation (>= 2); a level runs `requests` conversations",
+        marker=True,
+    ),
+    Setting(
+        "think_time",
+        parse_nonneg_float,
+        0.0,
+        "multi-turn: the most seconds a conversation waits between turns (seeded, uniform)",
         marker=True,
     ),
     Setting(

@@ -51,9 +51,15 @@ class SweepSection(BaseModel):
     baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording (issue 9)
     adjust: Literal["none", "launch"] | None = None  # launch-adjusted verdicts (issue 9)
     request_rate: float | None = Field(default=None, gt=0)
-    workload: Literal["random", "shared-prefix"] | None = None  # workloads
+    workload: Literal["random", "shared-prefix", "multi-turn"] | None = None  # workloads
     prefix_len: int | None = Field(default=None, gt=0)  # workloads
     prefix_groups: int | None = Field(default=None, gt=0)  # workloads
+    range_ratio: float | None = Field(default=None, ge=0, le=1)  # length mixes
+    range_convention: Literal["sglang", "vllm"] | None = None
+    dataset: str | None = None  # a ShareGPT file
+    dataset_output_len: int | None = Field(default=None, gt=0)
+    turns: int | None = Field(default=None, ge=2)  # multi-turn
+    think_time: float | None = Field(default=None, ge=0)
     metrics: tuple[MetricName, ...] | None = None
     tolerance: dict[str, Any] | None = None
 

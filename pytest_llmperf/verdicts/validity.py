@@ -122,6 +122,43 @@ def _hit_rate(level: LevelResult, workload: Workload, policy: ValidityPolicy) ->
     ]
 
 
+def _lengths(level: LevelResult, workload: Workload, policy: ValidityPolicy) -> list[str]:
+    """Delivered token totals against the completed requests' own targets (a length mix,
+    dataset or multi-turn level records their sums; else completed x the workload's lengths)."""
+    reasons = []
+    n = level.completed
+    own = level.expected_output_tokens is not None
+    want_out = level.expected_output_tokens if own else n * workload.output_len
+    design = "the sum of each request's max_tokens" if own else f"{n} × {workload.output_len}"
+    got_out = level.total_output_tokens
+    if want_out is not None and abs(got_out - want_out) > policy.length_tolerance * want_out:
+        side = "short" if got_out < want_out else "over"
+        reasons.append(
+            f"delivered {got_out} output tokens for {n} completed requests, "
+            f"expected {want_out} ({design}), "
+            f"{_pct(got_out, want_out)} {side}: likely EOS before max_tokens (send "
+            "ignore_eos) or tokenizer drift"
+        )
+    if workload.dataset is not None and level.expected_input_tokens is None:
+        return reasons  # a dataset's text: only the server can count its tokens
+    own_in = level.expected_input_tokens is not None
+    want_in = level.expected_input_tokens if own_in else n * workload.input_len
+    design = "the sum of each prompt's length" if own_in else f"{n} × {workload.input_len}"
+    got_in = level.total_input_tokens
+    if (
+        policy.check_input_lengths
+        and want_in
+        and got_in > 0
+        and abs(got_in - want_in) > policy.length_tolerance * want_in
+    ):
+        reasons.append(
+            f"prompts were {got_in} tokens in total, expected {want_in} "
+            f"({design}), {_pct(got_in, want_in)} off: "
+            "the server's tokenizer re-encoded the prompt to a different length"
+        )
+    return reasons
+
+
 def check_level(
     level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
 ) -> list[str]:
@@ -161,32 +198,13 @@ def check_level(
         )
 
     if workload is not None and level.completed > 0:
-        want_out = level.completed * workload.output_len
-        got_out = level.total_output_tokens
-        if abs(got_out - want_out) > policy.length_tolerance * want_out:
-            side = "short" if got_out < want_out else "over"
-            reasons.append(
-                f"delivered {got_out} output tokens for {level.completed} completed requests, "
-                f"expected {want_out} ({level.completed} × {workload.output_len}), "
-                f"{_pct(got_out, want_out)} {side}: likely EOS before max_tokens (send "
-                "ignore_eos) or tokenizer drift"
-            )
-        want_in = level.completed * workload.input_len
-        got_in = level.total_input_tokens
-        if (
-            policy.check_input_lengths
-            and got_in > 0
-            and abs(got_in - want_in) > policy.length_tolerance * want_in
-        ):
-            reasons.append(
-                f"prompts were {got_in} tokens in total, expected {want_in} "
-                f"({level.completed} × {workload.input_len}), {_pct(got_in, want_in)} off: "
-                "the server's tokenizer re-encoded the prompt to a different length"
-            )
+        reasons.extend(_lengths(level, workload, policy))
 
     shared = workload is not None and workload.kind == "shared-prefix"
     if shared and workload is not None and level.completed > 0:
         reasons.extend(_hit_rate(level, workload, policy))
+    elif workload is not None and workload.kind == "multi-turn":
+        pass  # re-sent history is meant to hit; its hit rate is the measurement (retention)
     elif level.total_cached_tokens and level.completed > 0:
         # a chat template (and the prompt's number) is a prefix every chat prompt shares
         per_request = policy.max_cached_tokens_per_request + level.prompt_overhead_tokens
@@ -200,7 +218,8 @@ def check_level(
                 "run's (change the seed or restart it)"
             )
 
-    closed_loop = workload is None or workload.request_rate is None
+    # think time (multi-turn) leaves a conversation idle by design: no in-flight floor then
+    closed_loop = workload is None or (workload.request_rate is None and not workload.think_time_s)
     if closed_loop and level.concurrency > 0 and level.completed > 0:
         reachable = min(c, level.num_requests)
         floor = policy.min_concurrency_ratio * reachable

@@ -44,3 +44,37 @@ def test_a_workload_combination_no_setting_rejects_is_a_usage_error(pytester) ->
         ["*the command line, environment, ini or [[]sweep[]]: the workload settings do not fit:*"]
     )
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_length_mix_dataset_and_multi_turn_settings_resolve_from_every_source() -> None:
+    marker = {"range_ratio": "0.5", "range_convention": "vllm", "turns": 4}
+    assert resolve("range_ratio", marker=marker) == 0.5
+    assert resolve("range_convention", marker=marker) == "vllm"
+    assert resolve("turns", marker=marker) == 4
+    assert resolve("think_time", cli="0.25", environ={}) == 0.25
+    assert resolve("dataset", environ={"LLMPERF_DATASET": "d.jsonl"}) == "d.jsonl"
+    assert resolve("dataset_output_len", cli="64", environ={}) == 64
+    assert resolve("workload", cli="multi-turn", environ={}) == "multi-turn"
+    with pytest.raises(SettingError, match="--llmperf-range-ratio=1.5: must be between 0 and 1"):
+        resolve("range_ratio", cli="1.5", environ={})
+    with pytest.raises(SettingError, match="--llmperf-range-convention=hf"):
+        resolve("range_convention", cli="hf", environ={})
+    sweep = SweepSection(workload="multi-turn", turns=4, think_time=0.1, range_ratio=0.2)
+    assert sweep.as_settings() == {
+        "workload": "multi-turn",
+        "turns": 4,
+        "think_time": 0.1,
+        "range_ratio": 0.2,
+    }
+
+
+def test_a_bad_dataset_file_is_a_usage_error_naming_file_and_entry(pytester) -> None:
+    from .conftest import SUITE, SWEEP_TEST, run
+
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    pytester.path.joinpath("chats.json").write_text('[{"conversations": [{"from": "human"}]}]')
+    result = run(pytester, "--llmperf-dataset", "chats.json")
+    assert result.ret == 4  # pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*chats.json: entry 0: field conversations.0.value: *"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
