@@ -1,19 +1,31 @@
 """Issue 9's proof: the whole plugin path on the simulator with GPU-like noise (figures only).
 
-Each run is a real ``pytest perf_tests`` session: launch, HTTP, client, validity, re-runs and
-relaunches exactly as the plugin does them, with ``--sim-noise gpu-shared`` (per-launch speed
-sd 15 %, within-run drift sd 10 %). One baseline is recorded (default ``baseline_repeat``, each
-sample a fresh launch), then RUNS unchanged runs, RUNS with plain 25 % slower at C=64 only
-(``--sim-slowdown 33-64:1.33``), and RUNS with a 10 % drop there (``33-64:1.11``). Printed:
-runs with any failed test, runs where exactly ``test_sweep[plain-C64]`` failed, and the
-inconclusive verdicts. It replaces ``bench_verdicts.py``'s virtual-time figures.
+Each run is a real pytest session: launch, HTTP, client, validity, re-runs and relaunches
+exactly as the plugin does them, with ``--sim-noise gpu-shared`` (per-launch speed sd 15 %,
+within-run drift sd 10 %, step jitter, stalls).
 
-    python benchmarks/bench_noise.py --runs 20        # about 1 min per run on 2 shared cores
+``--mode suite`` (default): the shipped ``perf_tests`` at C=1,16,64, 512 in / 128 out. One
+baseline is recorded (``--llmperf-update``, default ``baseline_repeat``), then RUNS unchanged
+runs, RUNS with plain 25 % slower at C=64 only (``--sim-slowdown 33-64:1.33``) and RUNS with a
+10 % drop there (``33-64:1.11``). Printed: runs with any failed test, runs where exactly
+``test_sweep[plain-C64]`` failed, runs with an inconclusive verdict, failures by test; and from
+the unchanged runs the run-to-run CV of each judged metric per point: bench_serving's whole-run
+number (before), the steady-state window's (after), and the launch-adjusted residual.
+
+``--mode ab``: a suite of two servers "old" and "new" (the same simulated server) with
+``[[compare]] candidate = "new" reference = "old" rounds = ROUNDS adjust = ADJUST``; the drop is
+in "new". Printed: runs with any failure, runs where exactly ``test_ab[new-vs-old-C64]`` failed.
+
+    python benchmarks/bench_noise.py --runs 20 --extra "--llmperf-adjust launch"
+    python benchmarks/bench_noise.py --mode ab --runs 20 --rounds 6
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,13 +34,37 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = "test_sweep[plain-C64]"
+LEVELS = (1, 16, 64)
+AB_SUITE = """
+[[server]]
+name = "old"
+model = "Qwen/Qwen3.5-122B-A10B"
+args = ["--tp-size", "4"]
+
+[[server]]
+name = "new"
+model = "Qwen/Qwen3.5-122B-A10B"
+args = ["--tp-size", "4"]
+
+[sweep]
+levels = [1, 16, 64]
+input_len = 512
+output_len = 128
+
+[[compare]]
+candidate = "new"
+reference = "old"
+rounds = {rounds}
+adjust = "{adjust}"
+"""
 
 
-def pytest_run(base: Path, out: Path, sim_args: str, *, update: bool, extra: list[str]) -> dict:
+def pytest_run(
+    target: Path, base: Path, out: Path, sim_args: str, *, update: bool, extra: list[str]
+) -> dict:
     junit = out / "junit.xml"
     cmd = [
-        sys.executable, "-m", "pytest", str(ROOT / "perf_tests"), "-q", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", str(target), "-q", "-p", "no:cacheprovider",
         "--llmperf-simulate", "--llmperf-levels", "1,16,64", "--llmperf-input-len", "512",
         "--llmperf-output-len", "128", "--llmperf-baseline-dir", str(base),
         "--llmperf-output-dir", str(out), "--llmperf-sim-args", sim_args,
@@ -37,50 +73,143 @@ def pytest_run(base: Path, out: Path, sim_args: str, *, update: bool, extra: lis
     if update:
         cmd.append("--llmperf-update")
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    failed, inconclusive = [], 0
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=target
+    )
+    failed = []
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
             if case.find("failure") is not None or case.find("error") is not None:
                 failed.append(case.get("name", "?"))
-    inconclusive = proc.stdout.count("inconclusive")
-    return {"failed": failed, "inconclusive": inconclusive, "s": time.monotonic() - t0}
+    results = out / "results.json"
+    return {
+        "failed": failed,
+        "inconclusive": proc.stdout.count("inconclusive"),
+        "s": time.monotonic() - t0,
+        "results": json.loads(results.read_text()) if results.exists() else None,
+        "tail": proc.stdout[proc.stdout.find("problems:") :][:6000],
+    }
+
+
+def _first_samples(results: dict) -> dict[tuple[str, int], dict]:
+    out = {}
+    for sweep in results["sweeps"]:
+        for lv in sweep["levels"]:
+            out[(sweep["config"], lv["max_concurrency"])] = lv
+    return out
+
+
+def _cv(values: list[float]) -> float:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else math.nan
+
+
+def _judged(level: dict, metric: str) -> float | None:
+    """The value the verdicts judge: the steady window's throughput, else the whole run's."""
+    steady = level.get("steady") or {}
+    if metric == "output_throughput" and steady.get("output_throughput"):
+        return float(steady["output_throughput"])
+    v = level.get(metric)
+    return float(v) if v else None
+
+
+def _pct(x: float) -> str:
+    return "      -" if math.isnan(x) else f"{100 * x:5.1f} %"
+
+
+def cv_report(runs: list[dict | None]) -> None:
+    """Run-to-run CV per point of each judged metric: whole-run, steady window, adjusted."""
+    per = [_first_samples(r) for r in runs if r]
+    if len(per) < 2:
+        return
+    points = sorted(set.intersection(*(set(p) for p in per)))
+    print("run-to-run CV over the unchanged runs (first sample of each point):")
+    print("  point       metric              whole-run   judged  launch-adjusted")
+    for metric in ("output_throughput", "median_itl_ms", "median_ttft_ms"):
+        judged = {pt: [_judged(p[pt], metric) for p in per] for pt in points}
+        centers = {
+            pt: statistics.fmean(v for v in vals if v) for pt, vals in judged.items() if any(vals)
+        }
+        for pt in points:
+            whole = [p[pt].get(metric) for p in per]
+            if any(not v for v in whole) or not all(judged[pt]):
+                continue
+            resid = []
+            for i in range(len(per)):
+                q = {
+                    c: math.log(v / centers[(pt[0], c)])
+                    for c in LEVELS
+                    if (pt[0], c) in judged and (v := judged[(pt[0], c)][i])
+                }
+                if pt[1] in q and len(q) >= 3:
+                    resid.append(q[pt[1]] - statistics.median(q.values()))
+            adj = statistics.stdev(resid) if len(resid) > 1 else math.nan
+            print(
+                f"  {pt[0]:>5} C={pt[1]:<3}  {metric:<18}  {_pct(_cv(whole))}  "
+                f"{_pct(_cv(judged[pt]))}  {_pct(adj)}"
+            )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("suite", "ab"), default="suite")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=6, help="A/B rounds (--mode ab)")
+    ap.add_argument("--adjust", default="launch", help="A/B adjust (--mode ab)")
     ap.add_argument("--noise", default="--sim-noise gpu-shared --sim-time-scale 4")
     ap.add_argument("--extra", default="", help="extra pytest flags for every run")
+    ap.add_argument("--verbose", action="store_true", help="print the end of failing runs")
+    ap.add_argument("--cases", default="unchanged,25,10", help="which cases to run")
     args = ap.parse_args()
     extra = args.extra.split()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baselines"
-        rec = pytest_run(base, Path(tmp) / "rec", args.noise, update=True, extra=extra)
-        print(f"baseline recorded in {rec['s']:.0f} s (failed while recording: {rec['failed']})")
+        if args.mode == "ab":
+            target = Path(tmp) / "ab"
+            target.mkdir()
+            suite = AB_SUITE.format(rounds=args.rounds, adjust=args.adjust)
+            (target / "llmperf.toml").write_text(suite)
+            (target / "test_ab.py").write_text("def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
+            who, wanted = "new", "test_ab[new-vs-old-C64]"
+        else:
+            target, who, wanted = ROOT / "perf_tests", "plain", "test_sweep[plain-C64]"
+            rec = pytest_run(target, base, Path(tmp) / "rec", args.noise, update=True, extra=extra)
+            print(
+                f"baseline recorded in {rec['s']:.0f} s (failed while recording: {rec['failed']})"
+            )
         cases = {
             "unchanged": args.noise,
-            "plain 25 % slower at C=64": f"{args.noise}; plain: --sim-slowdown 33-64:1.33",
-            "plain 10 % slower at C=64": f"{args.noise}; plain: --sim-slowdown 33-64:1.11",
+            "25": f"{args.noise}; {who}: --sim-slowdown 33-64:1.3333",
+            "10": f"{args.noise}; {who}: --sim-slowdown 33-64:1.1111",
         }
-        for label, sim in cases.items():
+        for label in args.cases.split(","):
+            sim = cases[label]
             any_fail = exact = incon = 0
             fails: dict[str, int] = {}
             secs = 0.0
+            results = []
             for i in range(args.runs):
-                r = pytest_run(base, Path(tmp) / f"{label[:5]}{i}", sim, update=False, extra=extra)
+                r = pytest_run(
+                    target, base, Path(tmp) / f"{label}{i}", sim, update=False, extra=extra
+                )
                 any_fail += bool(r["failed"])
-                exact += r["failed"] == [TARGET]
+                exact += r["failed"] == [wanted]
                 incon += r["inconclusive"] > 0
                 secs += r["s"]
+                results.append(r["results"])
                 for name in r["failed"]:
                     fails[name] = fails.get(name, 0) + 1
+                print(f"  {label} run {i + 1}: {r['s']:.0f} s, failed {r['failed']}", flush=True)
+                if args.verbose and r["failed"]:
+                    print(r["tail"], flush=True)
+            name = label if label == "unchanged" else f"{who} {label} % slower at C=64"
             print(
-                f"{label}: {args.runs} runs ({secs / args.runs:.0f} s each): any failed test "
-                f"{any_fail}, exactly {TARGET} failed {exact}, runs with an inconclusive "
+                f"{name}: {args.runs} runs ({secs / args.runs:.0f} s each): any failed test "
+                f"{any_fail}, exactly {wanted} failed {exact}, runs with an inconclusive "
                 f"verdict {incon}; failures by test: {fails}",
                 flush=True,
             )
+            if label == "unchanged" and args.mode == "suite":
+                cv_report(results)
 
 
 if __name__ == "__main__":
