@@ -267,6 +267,7 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCh
         policy=llm.validity_policy(suite, marker, request.node.nodeid),
         adjust=llm.effective(suite, marker, "adjust", request.node.nodeid),
         levels=llm.effective(suite, marker, "levels", request.node.nodeid),
+        store=llm.store,
     )
 
 

@@ -29,7 +29,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
 from pytest_llmperf.verdicts.baseline import BaselineStore
-from pytest_llmperf.verdicts.baseline_file import Provenance, check_name
+from pytest_llmperf.verdicts.baseline_file import EntryKey, Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
     PointComparison,
     compare_sweep,
@@ -191,7 +191,14 @@ def judge_run(
                 policy=policy,
             )
         )
-    out.gates = evaluate_gates(gates, run.sweeps, policy=policy)
+
+    def noise(cfg: str, c: int, metric: str) -> float | None:
+        sweep = next((s for s in run.sweeps if s.config == cfg), None)
+        if sweep is None:
+            return None
+        return store.launch_noise(EntryKey(run.hardware, cfg, sweep.workload.key(), c), metric)
+
+    out.gates = evaluate_gates(gates, run.sweeps, policy=policy, noise=noise)
     for spec in crossovers:
         out.crossovers.extend(
             compare_crossover(spec, run.sweeps, store, run.hardware, policy=policy)

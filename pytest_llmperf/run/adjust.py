@@ -1,16 +1,20 @@
-"""Launch-adjusted verdicts in a run: which samples form a launch, and their residuals.
+"""Launch noise in a run: launch-adjusted residuals, and the launch spread baselines recorded.
 
 The arithmetic is ``verdicts/launch_adjust.py``; this module feeds it from a ``PerfRun``
 (samples grouped by launch) and a ``BaselineStore`` (each level's centre), for the point
-check's comparison and for what it records.
+check's comparison and for what it records; ``launch_noise`` gives gates and the crossover
+each config's recorded launch-to-launch spread, so a one-launch side is not assumed quiet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pytest_llmperf.base.results import LevelResult
-from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual
+from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.run.perfrun import PerfRun
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, LaunchResidual
+from pytest_llmperf.verdicts.gates import NoisePrior
 from pytest_llmperf.verdicts.launch_adjust import (
     MIN_LEVELS,
     adjustable,
@@ -18,7 +22,7 @@ from pytest_llmperf.verdicts.launch_adjust import (
     summarize_residuals,
 )
 
-__all__ = ["baseline_residuals", "can_adjust", "current_residuals"]
+__all__ = ["baseline_residuals", "can_adjust", "current_residuals", "launch_noise"]
 
 Launches = Mapping[str, Mapping[int, LevelResult]]
 
@@ -78,3 +82,13 @@ def baseline_residuals(
         if summary is not None:
             out[name] = LaunchResidual(mean=summary.mean, sd=summary.sd, n=summary.n)
     return out
+
+
+def launch_noise(store: BaselineStore, run: PerfRun, workload: Workload) -> NoisePrior:
+    """Each config's recorded launch-to-launch spread at a level (the gates' noise prior)."""
+
+    def noise(config: str, c: int, metric: str) -> float | None:
+        key = EntryKey(run.hardware_for(config), config, workload.key(), c)
+        return store.launch_noise(key, metric)
+
+    return noise

@@ -19,7 +19,12 @@ from pytest_llmperf.base.metric_defs import METRICS
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
 from pytest_llmperf.report.tables import junit_properties, redact_args
-from pytest_llmperf.run.adjust import baseline_residuals, can_adjust, current_residuals
+from pytest_llmperf.run.adjust import (
+    baseline_residuals,
+    can_adjust,
+    current_residuals,
+    launch_noise,
+)
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
@@ -160,7 +165,7 @@ class PointCheck:
         wl = self.workload.key()
         return current_residuals(
             self.run.by_launch(self.config, self.workload),
-            lambda c: self.store.get(EntryKey(hw, self.config, wl, c)),
+            lambda c: self.store.get(EntryKey(hw, self.config, wl, c), mark_used=False),
             self.concurrency,
             list(self.metrics or DEFAULT_METRICS),
         )
@@ -287,6 +292,7 @@ class GateCheck:
     policy: ValidityPolicy | None = None
     adjust: str = "none"
     levels: Sequence[int] = ()
+    store: BaselineStore | None = None  # the configs' recorded launch noise, for the margin
 
     def evaluate(self) -> GateResult:
         """Measure both sides (``PointError`` if one cannot be) and evaluate the gate;
@@ -301,7 +307,8 @@ class GateCheck:
             sweeps[name] = sweep.model_copy(
                 update={"levels": [samples[0]], "repeats": {self.concurrency: samples[1:]}}
             )
-        self.result = evaluate_gate(self.gate, sweeps, policy=self.policy)
+        noise = launch_noise(self.store, self.run, self.workload) if self.store else None
+        self.result = evaluate_gate(self.gate, sweeps, policy=self.policy, noise=noise)
         return self.result
 
     def judge(self) -> Outcome:
@@ -475,7 +482,11 @@ class CrossoverCheck(SweepMetricCheck):
     def compute(self, sweeps: dict[str, SweepResult]) -> int | None:
         spec = self._spec
         self.estimate = estimate_crossover(
-            sweeps[spec.config], sweeps[spec.reference], spec.metric, policy=self.policy
+            sweeps[spec.config],
+            sweeps[spec.reference],
+            spec.metric,
+            policy=self.policy,
+            noise=launch_noise(self.store, self.run, self.workload),
         )
         return self.estimate.value
 

@@ -200,6 +200,16 @@ class BaselineStore:
         f = self.file(key.hardware, key.config)
         return None if f is None else f.entry(key.workload, key.concurrency)
 
+    def launch_noise(self, key: EntryKey, metric: str) -> float | None:
+        """The relative launch-to-launch spread recorded for ``metric`` at ``key`` (None when
+        the entry spans fewer than two launches): the noise prior of a comparison whose own
+        side has one launch (gates, the crossover). Does not mark the entry used."""
+        entry = self.get(key, mark_used=False)
+        summary = entry.metrics.get(metric) if entry is not None else None
+        if summary is None or (summary.launches or summary.n) < 2:
+            return None
+        return summary.relative_std
+
     def mark_used(self, key: EntryKey) -> None:
         self._used.add(EntryKey(*key))
 

@@ -19,7 +19,7 @@ from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
 from pytest_llmperf.verdicts.compare import Verdict
-from pytest_llmperf.verdicts.gates import gate_margin
+from pytest_llmperf.verdicts.gates import NoisePrior, gate_margin
 from pytest_llmperf.verdicts.stats import NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
@@ -118,6 +118,7 @@ def estimate_crossover(
     *,
     policy: ValidityPolicy | None = None,
     rule: NoiseRule | None = None,
+    noise: NoisePrior | None = None,
 ) -> CrossoverEstimate:
     """Walk the common levels upward on every valid sample's judged value (their mean), with
     the gates' launch-noise margin (``gates.gate_margin``) deciding what is a tie.
@@ -150,7 +151,9 @@ def estimate_crossover(
         if va is None or vb is None or not vb:
             continue
         diff = (va - vb) / vb if higher else (vb - va) / vb  # > 0: config is better
-        m = gate_margin(va_all, vb_all, metric, rule)
+        cfg, ref = config_sweep.config, reference_sweep.config
+        priors = (noise(cfg, c, metric), noise(ref, c, metric)) if noise else (None, None)
+        m = gate_margin(va_all, vb_all, metric, rule, priors)
         margins[c] = m
         if abs(diff) <= m and not done_high:
             ties.append(c)
@@ -238,8 +241,13 @@ def compare_crossover(
         )
         if ref is None:
             continue
-        est = estimate_crossover(sweep, ref, rule.metric, policy=policy)
-        key = EntryKey(hardware, rule.config, sweep.workload.key(), SWEEP_LEVEL)
+        wl = sweep.workload.key()
+
+        def noise(cfg: str, c: int, metric: str, wl: str = wl) -> float | None:
+            return store.launch_noise(EntryKey(hardware, cfg, wl, c), metric)
+
+        est = estimate_crossover(sweep, ref, rule.metric, policy=policy, noise=noise)
+        key = EntryKey(hardware, rule.config, wl, SWEEP_LEVEL)
         verdict, base = judge_sweep_metric(est.value, store.get(key))
         if base is not None:
             verdict = est.judge(base)

@@ -29,6 +29,7 @@ __all__ = [
     "GateError",
     "GatePoint",
     "GateResult",
+    "NoisePrior",
     "WhereClause",
     "crossover_concurrency",
     "evaluate_gate",
@@ -176,24 +177,34 @@ class GateResult:
         return "\n".join(p.message for p in self.failed)
 
 
+# (config, concurrency, metric) -> that config's recorded launch-to-launch spread, or None
+NoisePrior = Callable[[str, int, str], float | None]
+
+
 def gate_margin(
-    a: Sequence[LevelResult], b: Sequence[LevelResult], name: str, rule: NoiseRule
+    a: Sequence[LevelResult],
+    b: Sequence[LevelResult],
+    name: str,
+    rule: NoiseRule,
+    priors: tuple[float | None, float | None] = (None, None),
 ) -> float:
     """z·se of the relative difference between two configs' means: each side's launch-to-
-    launch spread over its launches (``rule.assumed_noise`` with a single launch). The two
-    sides are separate launches, so both spreads count.
+    launch spread over its launches; a side with a single launch takes its prior (the spread
+    its baseline recorded) or else ``rule.assumed_noise``. The two sides are separate
+    launches, so both spreads count.
 
     The within-run error is left out on purpose: two configs differ in their steady-state
     shape (waves at a running cap, speculative bursts), and batch means over a window of one
     or two waves read that structure as noise (margins of 28-55 % were seen on the quiet
     simulator, so "mtp never loses" could not fail at a 17.8 % loss)."""
     var = 0.0
-    for side in (a, b):
+    for side, prior in zip((a, b), priors, strict=True):
         vals = [v for lv in side if (v := lv.judged_value(name)) is not None]
         got = Side.from_samples(
             vals, [lv.launch for lv in side if lv.judged_value(name) is not None]
         )
-        sd = got.between_sd if got.between_sd is not None else rule.assumed_noise
+        fallback = prior if prior is not None else rule.assumed_noise
+        sd = got.between_sd if got.between_sd is not None else fallback
         var += max(sd, rule.noise_floor) ** 2 / got.launches
     return rule.z * var**0.5
 
@@ -215,6 +226,7 @@ def evaluate_gate(
     *,
     policy: ValidityPolicy | None = None,
     rule: NoiseRule | None = None,
+    noise: NoisePrior | None = None,
 ) -> GateResult:
     """One verdict and sentence per concurrency measured by both configs and selected.
 
@@ -261,7 +273,12 @@ def evaluate_gate(
             continue
         thr = vb * gate.factor
         ok = _OPS[gate.op](va, thr)
-        margin = gate_margin(va_all, vb_all, gate.metric, rule or NoiseRule())
+        priors = (
+            (noise(gate.config, c, gate.metric), noise(gate.reference, c, gate.metric))
+            if noise
+            else (None, None)
+        )
+        margin = gate_margin(va_all, vb_all, gate.metric, rule or NoiseRule(), priors)
         close = gate.op != "==" and thr != 0 and abs(va - thr) / abs(thr) <= margin
         ch = (va - vb) / vb if vb else 0.0
         side = "below" if ch < 0 else "above"
@@ -292,8 +309,9 @@ def evaluate_gates(
     sweeps: Mapping[str, SweepResult] | Sequence[SweepResult],
     *,
     policy: ValidityPolicy | None = None,
+    noise: NoisePrior | None = None,
 ) -> list[GateResult]:
-    return [evaluate_gate(g, sweeps, policy=policy) for g in gates]
+    return [evaluate_gate(g, sweeps, policy=policy, noise=noise) for g in gates]
 
 
 def crossover_concurrency(

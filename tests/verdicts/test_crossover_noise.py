@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.verdicts.baseline import BaselineStore, summarize
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
@@ -98,3 +100,33 @@ def test_compare_crossover_reports_the_interval(tmp_path) -> None:
     clear = make_sweep("mtp", {1: 130, 4: 390, 16: 700, 64: 1500})
     (res,) = compare_crossover(CrossoverRule("mtp", "plain"), [clear, plain], store, "hw")
     assert res.verdict == Verdict.FAIL and "fell from C=16 to C=4" in res.message
+
+
+def test_recorded_launch_noise_is_the_prior_of_one_launch_sides() -> None:
+    from pytest_llmperf.verdicts.gates import Gate, evaluate_gate
+
+    plain = make_sweep("plain", {1: 100, 4: 300, 16: 900})
+    mtp = make_sweep("mtp", {1: 130, 4: 390, 16: 800})  # C=16: -11 %, one launch each
+    gate = Gate(config="mtp", reference="plain", factor=1.0, where="C==16")
+    assert evaluate_gate(gate, [mtp, plain]).verdict == Verdict.FAIL  # 2 % assumed: 5.7 %
+    # Both baselines recorded launches 15 % apart: an 11 % gap between two single launches
+    # is inside that noise (margin 2·√2·15 % = 42 %).
+    noisy = evaluate_gate(gate, [mtp, plain], noise=lambda cfg, c, m: 0.15)
+    assert noisy.verdict == Verdict.INCONCLUSIVE
+    assert "inside the noise margin 42.4 %" in noisy.message()
+    est = estimate_crossover(mtp, plain, noise=lambda cfg, c, m: 0.15)
+    assert est.ties == (1, 4, 16) and (est.low, est.high) == (0, 16)
+
+
+def test_the_store_gives_the_recorded_launch_spread(tmp_path) -> None:
+    store = BaselineStore(tmp_path)
+    key = EntryKey("hw", "plain", "w", 16)
+    three = summarize("output_throughput", [85.0, 100.0, 115.0], launches=["a", "b", "c"])
+    one = summarize("median_itl_ms", [3.0])
+    store.queue_update(
+        key, BaselineEntry(metrics={"output_throughput": three, "median_itl_ms": one})
+    )
+    store.flush()
+    assert store.launch_noise(key, "output_throughput") == pytest.approx(0.15)
+    assert store.launch_noise(key, "median_itl_ms") is None
+    assert store.launch_noise(EntryKey("hw", "plain", "w", 64), "output_throughput") is None
