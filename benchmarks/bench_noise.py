@@ -12,6 +12,10 @@ runs, RUNS with plain 25 % slower at C=64 only (``--sim-slowdown 33-64:1.33``) a
 the unchanged runs the run-to-run CV of each judged metric per point: bench_serving's whole-run
 number (before), the steady-state window's (after), and the launch-adjusted residual.
 
+``--mode attach --url URL``: a one-server suite attached to a real OpenAI-compatible engine
+(e.g. llama.cpp's llama-server), levels 1,4,16, 128 in / 64 out: one recording, RUNS unchanged
+runs, and the same CV table (no injected drop: the engine's own run-to-run noise).
+
 ``--mode ab``: a suite of two servers "old" and "new" (the same simulated server) with
 ``[[compare]] candidate = "new" reference = "old" rounds = ROUNDS adjust = ADJUST``; the drop is
 in "new". Printed: runs with any failure, runs where exactly ``test_ab[new-vs-old-C64]`` failed.
@@ -35,6 +39,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 16, 64)
+ATTACH_SUITE = """
+[[server]]
+name = "engine"
+model = "small"
+args = []
+
+[sweep]
+levels = [1, 4, 16]
+input_len = 128
+output_len = 64
+backend = "openai"
+"""
 AB_SUITE = """
 [[server]]
 name = "old"
@@ -65,11 +81,14 @@ def pytest_run(
     junit = out / "junit.xml"
     cmd = [
         sys.executable, "-m", "pytest", str(target), "-q", "-p", "no:cacheprovider",
-        "--llmperf-simulate", "--llmperf-levels", "1,16,64", "--llmperf-input-len", "512",
-        "--llmperf-output-len", "128", "--llmperf-baseline-dir", str(base),
-        "--llmperf-output-dir", str(out), "--llmperf-sim-args", sim_args,
+        "--llmperf-baseline-dir", str(base), "--llmperf-output-dir", str(out),
         f"--junitxml={junit}", *extra,
     ]  # fmt: skip
+    if sim_args:
+        cmd += [
+            "--llmperf-simulate", "--llmperf-levels", "1,16,64", "--llmperf-input-len", "512",
+            "--llmperf-output-len", "128", "--llmperf-sim-args", sim_args,
+        ]  # fmt: skip
     if update:
         cmd.append("--llmperf-update")
     t0 = time.monotonic()
@@ -116,7 +135,7 @@ def _pct(x: float) -> str:
     return "      -" if math.isnan(x) else f"{100 * x:5.1f} %"
 
 
-def cv_report(runs: list[dict | None]) -> None:
+def cv_report(runs: list[dict | None], levels: tuple[int, ...] = LEVELS) -> None:
     """Run-to-run CV per point of each judged metric: whole-run, steady window, adjusted."""
     per = [_first_samples(r) for r in runs if r]
     if len(per) < 2:
@@ -137,7 +156,7 @@ def cv_report(runs: list[dict | None]) -> None:
             for i in range(len(per)):
                 q = {
                     c: math.log(v / centers[(pt[0], c)])
-                    for c in LEVELS
+                    for c in levels
                     if (pt[0], c) in judged and (v := judged[(pt[0], c)][i])
                 }
                 if pt[1] in q and len(q) >= 3:
@@ -151,7 +170,8 @@ def cv_report(runs: list[dict | None]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("suite", "ab"), default="suite")
+    ap.add_argument("--mode", choices=("suite", "ab", "attach"), default="suite")
+    ap.add_argument("--url", help="the engine to attach to (--mode attach)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=6, help="A/B rounds (--mode ab)")
     ap.add_argument("--adjust", default="launch", help="A/B adjust (--mode ab)")
@@ -163,6 +183,25 @@ def main() -> None:
     extra = args.extra.split()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "baselines"
+        if args.mode == "attach":
+            target = Path(tmp) / "attach"
+            target.mkdir()
+            (target / "llmperf.toml").write_text(ATTACH_SUITE)
+            (target / "test_sweep.py").write_text(
+                "def test_sweep(llmperf_point):\n    llmperf_point.assert_baseline()\n"
+            )
+            extra += [f"--llmperf-url=engine={args.url}"]
+            rec = pytest_run(target, base, Path(tmp) / "rec", "", update=True, extra=extra)
+            print(
+                f"baseline recorded in {rec['s']:.0f} s (failed while recording: {rec['failed']})"
+            )
+            results = []
+            for i in range(args.runs):
+                r = pytest_run(target, base, Path(tmp) / f"run{i}", "", update=False, extra=extra)
+                results.append(r["results"])
+                print(f"  run {i + 1}: {r['s']:.0f} s, failed {r['failed']}", flush=True)
+            cv_report(results, levels=(1, 4, 16))
+            return
         if args.mode == "ab":
             target = Path(tmp) / "ab"
             target.mkdir()
