@@ -111,8 +111,15 @@ def pytest_run(
 
 
 def _first_samples(results: dict) -> dict[tuple[str, int], dict]:
+    """(config, C) -> first sample, of each config's main sweep (the workload with the most
+    levels; the suite's shared-prefix and multi-turn tests run other workloads)."""
     out = {}
+    mains: dict[str, dict] = {}
     for sweep in results["sweeps"]:
+        best = mains.get(sweep["config"])
+        if best is None or len(sweep["levels"]) > len(best["levels"]):
+            mains[sweep["config"]] = sweep
+    for sweep in mains.values():
         for lv in sweep["levels"]:
             out[(sweep["config"], lv["max_concurrency"])] = lv
     return out

@@ -270,6 +270,7 @@ def compare_metric(
     rule: NoiseRule | None = None,
     launches: Sequence[str | None] | None = None,
     within_se: Sequence[float | None] = (),
+    t_margin: bool = False,
 ) -> MetricComparison:
     """Judge one metric; the message is a sentence naming where, by how much and why.
 
@@ -290,6 +291,7 @@ def compare_metric(
         current_within_se=within_se,
         base_launches=baseline.launches,
         base_within_se=baseline.within_se,
+        t_margin=t_margin,
     )
     cur = statistics.fmean(samples)
     verdict = {
@@ -430,6 +432,8 @@ def compare_point(
                 point.metrics.append(_missing_metric(name))
             continue
         tol = resolve_tolerance(name, test=tolerances, entry=entry)
+        res = summary.launch_residual
+        adjusting = bool(adjusted and adjusted.get(name)) and res is not None
         mc = compare_metric(
             name,
             values,
@@ -441,9 +445,9 @@ def compare_point(
             rule=rule,
             launches=[lv.launch for _, lv in got],
             within_se=[lv.within_se.get(name) for _, lv in got],
+            t_margin=adjusting,  # the unadjusted side is then a backstop for gross changes
         )
-        res = summary.launch_residual
-        if adjusted and adjusted.get(name) and res is not None:
+        if adjusting and adjusted is not None and res is not None:
             mc = with_launch_adjustment(
                 mc, adjusted[name], ResidualSummary(res.mean, res.sd, res.n), tol, rule, why
             )

@@ -90,7 +90,10 @@ def decide_adjusted(
     rule: NoiseRule | None = None,
 ) -> Decision:
     """The rule of ``stats.decide`` on launch-adjusted ratios ``exp(r - base.mean)`` against 1:
-    each current residual is one launch; the baseline's residual spread is its noise."""
+    each current residual is one launch; the baseline's residual spread is its noise. (z, not
+    Student's t: this spread is small beside a tolerance, so even a baseline that happened to
+    underestimate it twofold leaves false alarms rare, while t would leave most points
+    unresolved after three launches.)"""
     ratios = [math.exp(r - base.mean) for r in residuals]
     return decide(
         ratios,

@@ -10,6 +10,12 @@ Notation (all relative to the baseline mean, oriented so that positive means *wo
   samples it is ``assumed_noise`` (2 %); it never goes below ``noise_floor`` (0.5 %), because
   two nearly equal samples say little about the noise.
 * ``se = σ·√(1/n_cur + 1/n_base)`` the standard error of ``d``; ``margin = z·se`` (z = 2).
+  With ``t_margin`` (the unadjusted side of a launch-adjusted verdict, where σ is a large
+  launch noise measured from a few launches and so itself uncertain) a measured σ gets
+  Student's t at the same one-sided level (97.7 %) with the pooled degrees of freedom
+  (``critical``): 4.5 for a 3-launch baseline against one launch, 2.3 at 20 dof. A baseline
+  whose three launches happened to land close together would otherwise give every later run a
+  margin far too narrow for its real launch noise.
 
 Rule (small samples, the usual case):
 
@@ -49,12 +55,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from scipy import stats as _scipy_stats
+
 from pytest_llmperf.base.metric_defs import Direction
 
 __all__ = [
     "Decision",
     "NoiseRule",
     "Side",
+    "critical",
     "decide",
     "deficit",
     "launch_count",
@@ -233,6 +242,20 @@ class Side:
         return cls(statistics.fmean(values), sd, len(means), w)
 
 
+def pooled_dof(cur: Side, base: Side) -> int:
+    """Degrees of freedom of the pooled launch-to-launch σ (0: σ is assumed)."""
+    return sum(s.launches - 1 for s in (cur, base) if s.between_sd is not None and s.launches >= 2)
+
+
+def critical(rule: NoiseRule, dof: int) -> float:
+    """The margin's multiplier: ``rule.z`` for an assumed σ, else Student's t quantile at the
+    same one-sided level with ``dof`` degrees of freedom."""
+    if dof <= 0 or rule.z <= 0:
+        return rule.z
+    level = float(_scipy_stats.norm.cdf(rule.z))
+    return float(_scipy_stats.t.ppf(level, dof))
+
+
 def standard_error(cur: Side, base: Side, rule: NoiseRule) -> tuple[float, float, bool]:
     """(se of the relative deficit, σ between launches used, whether σ was assumed).
 
@@ -270,6 +293,7 @@ def decide(
     current_within_se: Sequence[float | None] = (),
     base_launches: int | None = None,
     base_within_se: float | None = None,
+    t_margin: bool = False,
 ) -> Decision:
     """Apply the rule in the module docstring to one metric at one point.
 
@@ -290,7 +314,8 @@ def decide(
     k_b = base_n if base_launches is None else max(1, min(base_launches, base_n))
     base_side = Side(base_mean, base_std / scale if k_b >= 2 else None, k_b, base_within_se)
     se, sigma, assumed = standard_error(cur_side, base_side, rule)
-    mde = min_detectable_effect(se, tolerance, rule)
+    crit = critical(rule, pooled_dof(cur_side, base_side)) if t_margin else rule.z
+    mde = tolerance + (crit + Z_POWER) * se
     k_c = cur_side.launches
 
     if (
@@ -323,7 +348,7 @@ def decide(
             n_launches_current=k_c,
         )
 
-    margin = rule.z * se
+    margin = crit * se
     # Only a measured noise can say a point is unresolvable; an assumed one keeps the plain
     # margin rule (and says the noise was assumed).
     resolved = assumed or margin <= tolerance
@@ -340,7 +365,8 @@ def decide(
         target = max(abs(d - tolerance), 1e-12)
         for k in range(k_c + 1, MAX_SUGGESTED_REPEATS + 1):
             trial = Side(cur_side.mean, cur_side.between_sd, k, cur_side.within_se)
-            if rule.z * standard_error(trial, base_side, rule)[0] < target:
+            trial_crit = critical(rule, pooled_dof(trial, base_side)) if t_margin else rule.z
+            if trial_crit * standard_error(trial, base_side, rule)[0] < target:
                 needed = k
                 break
     return Decision(
