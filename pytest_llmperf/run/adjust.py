@@ -22,7 +22,13 @@ from pytest_llmperf.verdicts.launch_adjust import (
     summarize_residuals,
 )
 
-__all__ = ["baseline_residuals", "can_adjust", "current_residuals", "launch_noise"]
+__all__ = [
+    "baseline_residuals",
+    "can_adjust",
+    "current_residuals",
+    "entry_lookup",
+    "launch_noise",
+]
 
 Launches = Mapping[str, Mapping[int, LevelResult]]
 
@@ -92,3 +98,16 @@ def launch_noise(store: BaselineStore, run: PerfRun, workload: Workload) -> Nois
         return store.launch_noise(key, metric)
 
     return noise
+
+
+def entry_lookup(
+    store: BaselineStore, run: PerfRun, workload: Workload
+) -> Callable[[str, int], BaselineEntry | None]:
+    """A config's baseline entry at a level, without marking it used (a gate explaining a
+    speculative loss reads the accept length its config recorded)."""
+
+    def entry(config: str, c: int) -> BaselineEntry | None:
+        key = EntryKey(run.hardware_for(config), config, workload.key(), c)
+        return store.get(key, mark_used=False)
+
+    return entry

@@ -23,6 +23,7 @@ from pytest_llmperf.run.adjust import (
     baseline_residuals,
     can_adjust,
     current_residuals,
+    entry_lookup,
     launch_noise,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
@@ -307,8 +308,14 @@ class GateCheck:
             sweeps[name] = sweep.model_copy(
                 update={"levels": [samples[0]], "repeats": {self.concurrency: samples[1:]}}
             )
-        noise = launch_noise(self.store, self.run, self.workload) if self.store else None
-        self.result = evaluate_gate(self.gate, sweeps, policy=self.policy, noise=noise)
+        store = self.store
+        self.result = evaluate_gate(
+            self.gate,
+            sweeps,
+            policy=self.policy,
+            noise=launch_noise(store, self.run, self.workload) if store else None,
+            baseline=entry_lookup(store, self.run, self.workload) if store else None,
+        )
         return self.result
 
     def judge(self) -> Outcome:
@@ -424,17 +431,15 @@ class SweepMetricCheck:
         if value < base:
             self._report(value, base, "fail")
             return Outcome.fail(self.why(value, base))
-        out = Outcome()
-        if value > base:
-            out.warnings.append(
-                (
-                    "stale",
-                    f"{self.label}: {self.metric_name} rose from C={base} to C={value}; the "
-                    "baseline is stale (re-record with --llmperf-update)",
-                )
-            )
         self._report(value, base, "pass")
-        return out
+        return self._stale(value, base)
+
+    def _stale(self, value: int, base: int) -> Outcome:
+        """A pass, with a stale warning when the number rose above its baseline."""
+        if value <= base:
+            return Outcome()
+        msg = f"{self.label}: {self.metric_name} rose from C={base} to C={value}; the baseline"
+        return Outcome(warnings=[("stale", f"{msg} is stale (re-record with --llmperf-update)")])
 
     def _record(self, value: int, old: BaselineEntry | None) -> None:
         summary = summarize(self.metric_name, [float(value)], reference=self.reference)
@@ -532,16 +537,7 @@ class CrossoverCheck(SweepMetricCheck):
             return Outcome.fail(f"INVALID measurement (not a performance verdict): {msg}")
         if verdict == Verdict.INCONCLUSIVE:
             return Outcome(warnings=[("inconclusive", msg)])
-        out = Outcome()
-        if est.low > base:
-            out.warnings.append(
-                (
-                    "stale",
-                    f"{self.label}: {self.metric_name} rose from C={base} to C={est.low} (at "
-                    "least, beyond noise); the baseline is stale (re-record with --llmperf-update)",
-                )
-            )
-        return out
+        return self._stale(est.low, base)  # low: risen beyond the noise
 
     def why(self, value: int, base: int) -> str:
         spec = self._spec

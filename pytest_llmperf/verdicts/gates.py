@@ -20,6 +20,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.base.values import MetricName
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry
 from pytest_llmperf.verdicts.compare import Verdict, explain, fmt_num, worst
 from pytest_llmperf.verdicts.stats import NoiseRule, Side
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
@@ -227,6 +228,7 @@ def evaluate_gate(
     policy: ValidityPolicy | None = None,
     rule: NoiseRule | None = None,
     noise: NoisePrior | None = None,
+    baseline: Callable[[str, int], BaselineEntry | None] | None = None,
 ) -> GateResult:
     """One verdict and sentence per concurrency measured by both configs and selected.
 
@@ -297,7 +299,8 @@ def evaluate_gate(
         else:
             verdict = Verdict.PASS if ok else Verdict.FAIL
         if verdict != Verdict.PASS:
-            why = explain(va_all[-1])
+            # with the config's own baseline, explain can tell an accept length that fell
+            why = explain(va_all[-1], baseline(gate.config, c) if baseline else None)
             if why:
                 msg += "; " + "; ".join(why)
         result.points.append(GatePoint(c, va, vb, thr, verdict, msg, margin))

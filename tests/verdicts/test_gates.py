@@ -118,3 +118,16 @@ def test_invalid_level_makes_gate_point_invalid() -> None:
     r = evaluate_gate(Gate(config="mtp", reference="plain", factor=0.98), [PLAIN_SWEEP, bad])
     p16 = next(p for p in r.points if p.concurrency == 16)
     assert p16.verdict == Verdict.INVALID and "mtp: 3 of 32 requests failed" in p16.message
+
+
+def test_a_gate_names_an_accept_length_below_the_configs_baseline() -> None:
+    from pytest_llmperf.verdicts.baseline import summarize
+    from pytest_llmperf.verdicts.baseline_file import BaselineEntry
+
+    gate = Gate(config="mtp", reference="plain", op=">=", factor=0.98, where="C==64")
+    recorded = BaselineEntry(metrics={"accept_length": summarize("accept_length", [3.0])})
+    res = evaluate_gate(gate, [PLAIN_SWEEP, MTP_SWEEP], baseline=lambda cfg, c: recorded)
+    assert res.verdict == Verdict.FAIL
+    assert "accept length 2.00 is below its baseline 3.00" in res.message()
+    plain = evaluate_gate(gate, [PLAIN_SWEEP, MTP_SWEEP])  # no baseline: the number alone
+    assert "accept length 2.00" in plain.message() and "below its baseline" not in plain.message()
