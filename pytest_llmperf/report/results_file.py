@@ -147,6 +147,7 @@ class CompareSettings:
     metrics: Sequence[str] | None = None
     gates: Sequence[Gate] = ()
     crossovers: Sequence[CrossoverRule] = ()
+    adjust: str = "none"  # the suite's [sweep] adjust (launch-adjusted point verdicts)
 
 
 @dataclass
@@ -174,6 +175,7 @@ def judge_run(
     crossovers: Sequence[CrossoverRule] = (),
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
+    adjust: str = "none",
 ) -> RunVerdicts:
     """Every point (on all of its samples), gate and crossover of ``run``, as pytest judges."""
     check_name(run.hardware, "hardware key")
@@ -189,6 +191,7 @@ def judge_run(
                 tolerances=tolerances,
                 rule=rule,
                 policy=policy,
+                adjust=adjust,
             )
         )
 
@@ -304,6 +307,7 @@ def _run_compare(
         metrics=metrics,
         crossovers=settings.crossovers,
         policy=ValidityPolicy(max_failed=args.max_failed),
+        adjust=settings.adjust,
     )
     sys.stdout.write(render_verdicts(run, verdicts))
     if args.markdown:

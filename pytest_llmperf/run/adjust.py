@@ -8,17 +8,20 @@ each config's recorded launch-to-launch spread, so a one-launch side is not assu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
-from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.base.results import Workload
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, LaunchResidual
 from pytest_llmperf.verdicts.gates import NoisePrior
 from pytest_llmperf.verdicts.launch_adjust import (
     MIN_LEVELS,
+    Launches,
     adjustable,
+    current_residuals,
     launch_residuals,
+    launch_values,
     summarize_residuals,
 )
 
@@ -30,43 +33,10 @@ __all__ = [
     "launch_noise",
 ]
 
-Launches = Mapping[str, Mapping[int, LevelResult]]
-
 
 def can_adjust(levels: Sequence[int], concurrency: int) -> bool:
     """A launch must measure at least ``MIN_LEVELS`` levels, this one among them."""
     return concurrency in levels and len(set(levels)) >= MIN_LEVELS
-
-
-def _values(by_launch: Launches, name: str) -> dict[str, dict[int, float]]:
-    out: dict[str, dict[int, float]] = {}
-    for lid, levels in by_launch.items():
-        for c, lv in levels.items():
-            v = lv.judged_value(name)
-            if v is not None:
-                out.setdefault(lid, {})[c] = v
-    return out
-
-
-def current_residuals(
-    by_launch: Launches,
-    entry_for: Callable[[int], BaselineEntry | None],
-    concurrency: int,
-    metrics: Sequence[str],
-) -> dict[str, list[float]]:
-    """This run's residuals of level ``concurrency`` per metric, centred on the baseline
-    entries' means (levels without an entry are left out of the launch's median)."""
-    levels = sorted({c for got in by_launch.values() for c in got})
-    entries = {c: entry_for(c) for c in levels}
-    out: dict[str, list[float]] = {}
-    for name in metrics:
-        if not adjustable(name):
-            continue
-        centers = {c: e.metrics[name].mean for c, e in entries.items() if e and name in e.metrics}
-        res = launch_residuals(_values(by_launch, name), centers, concurrency)
-        if res:
-            out[name] = res
-    return out
 
 
 def baseline_residuals(
@@ -78,7 +48,7 @@ def baseline_residuals(
     for name in metrics:
         if not adjustable(name):
             continue
-        values = _values(by_launch, name)
+        values = launch_values(by_launch, name)
         per_level: dict[int, list[float]] = {}
         for got in values.values():
             for c, v in got.items():

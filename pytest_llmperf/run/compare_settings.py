@@ -17,7 +17,7 @@ __all__ = ["compare_settings"]
 
 
 def compare_settings(path: Path) -> CompareSettings:
-    """The suite's ``[sweep]`` tolerance and metrics, ``[[gate]]``s and ``[[crossover]]``s."""
+    """The suite's ``[sweep]`` tolerance, metrics and adjust, ``[[gate]]``s, ``[[crossover]]``s."""
     suite = load_suite(path)
     return CompareSettings(
         tolerances=dict(suite.sweep.tolerance) if suite.sweep.tolerance else None,
@@ -27,4 +27,5 @@ def compare_settings(path: Path) -> CompareSettings:
             CrossoverRule(config=c.config, reference=c.reference, metric=c.metric, name=c.name)
             for c in suite.crossovers
         ],
+        adjust=suite.sweep.adjust or "none",
     )

@@ -24,7 +24,12 @@ from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, MetricSummary
-from pytest_llmperf.verdicts.launch_adjust import ResidualSummary, decide_adjusted
+from pytest_llmperf.verdicts.launch_adjust import (
+    ResidualSummary,
+    current_residuals,
+    decide_adjusted,
+    launches_of,
+)
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
@@ -474,12 +479,22 @@ def compare_sweep(
     tolerances: Mapping[str, float] | float | None = None,
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
+    adjust: str = "none",
 ) -> list[PointComparison]:
     """Every level of a sweep against the store, each on all of its samples (``repeats``
-    included), exactly as the plugin's point check judges it (``llmperf compare``)."""
+    included), exactly as the plugin's point check judges it (``llmperf compare``); with
+    ``adjust = "launch"``, launch-adjusted as well (samples grouped by their launch)."""
     out = []
     wl = sweep.workload.key()
+    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= 3 else {}
+
+    def entry_for(c: int) -> BaselineEntry | None:
+        return store.get(EntryKey(hardware, sweep.config, wl, c), mark_used=False)
+
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
+        c = lv.max_concurrency
+        names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
+        adjusted = current_residuals(launches, entry_for, c, names) if launches else None
         entry = store.get(EntryKey(hardware, sweep.config, wl, lv.max_concurrency))
         out.append(
             compare_point(
@@ -491,6 +506,7 @@ def compare_sweep(
                 tolerances=tolerances,
                 rule=rule,
                 policy=policy,
+                adjusted=adjusted,
             )
         )
     return out

@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_llmperf.base.metric_defs import metric as metric_def
+from pytest_llmperf.base.results import LevelResult, SweepResult
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 
 __all__ = [
     "MIN_LEVELS",
     "ResidualSummary",
     "adjustable",
+    "current_residuals",
     "decide_adjusted",
     "launch_residuals",
+    "launches_of",
     "summarize_residuals",
 ]
 
@@ -106,3 +110,49 @@ def decide_adjusted(
         current_launches=[f"launch-{i}" for i in range(len(ratios))],
         base_launches=base.n,
     )
+
+
+Launches = Mapping[str, Mapping[int, LevelResult]]
+
+
+def launches_of(sweep: SweepResult) -> dict[str, dict[int, LevelResult]]:
+    """A sweep's samples grouped by the launch that measured them: {launch: {C: first sample
+    of that launch}} (samples without a launch id cannot be adjusted)."""
+    out: dict[str, dict[int, LevelResult]] = {}
+    for lv in sweep.levels:
+        for sample in sweep.samples(lv.max_concurrency):
+            if sample.launch is not None:
+                out.setdefault(sample.launch, {}).setdefault(sample.max_concurrency, sample)
+    return out
+
+
+def launch_values(by_launch: Launches, name: str) -> dict[str, dict[int, float]]:
+    """{launch: {C: judged value of ``name``}}."""
+    out: dict[str, dict[int, float]] = {}
+    for lid, levels in by_launch.items():
+        for c, lv in levels.items():
+            v = lv.judged_value(name)
+            if v is not None:
+                out.setdefault(lid, {})[c] = v
+    return out
+
+
+def current_residuals(
+    by_launch: Launches,
+    entry_for: Callable[[int], BaselineEntry | None],
+    concurrency: int,
+    metrics: Sequence[str],
+) -> dict[str, list[float]]:
+    """A run's residuals of level ``concurrency`` per metric, centred on the baseline
+    entries' means (levels without an entry are left out of the launch's median)."""
+    levels = sorted({c for got in by_launch.values() for c in got})
+    entries = {c: entry_for(c) for c in levels}
+    out: dict[str, list[float]] = {}
+    for name in metrics:
+        if not adjustable(name):
+            continue
+        centers = {c: e.metrics[name].mean for c, e in entries.items() if e and name in e.metrics}
+        res = launch_residuals(launch_values(by_launch, name), centers, concurrency)
+        if res:
+            out[name] = res
+    return out

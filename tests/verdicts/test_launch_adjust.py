@@ -115,3 +115,33 @@ def test_residual_summary_of_one_launch_has_no_spread() -> None:
     s = summarize_residuals([0.1])
     assert s == ResidualSummary(0.1, None, 1)
     assert summarize_residuals([]) is None
+
+
+def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
+    """``llmperf compare`` on a results file: samples grouped by launch, residuals against
+    the stored entries, the same combined verdict as the point check."""
+    from pytest_llmperf.verdicts.baseline import BaselineStore
+    from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey
+    from pytest_llmperf.verdicts.compare import compare_sweep
+
+    from . import make_sweep
+
+    store = BaselineStore(tmp_path)
+    wl = make_sweep("plain", CENTERS).workload.key()
+    for c, v in CENTERS.items():
+        s = summarize("output_throughput", [v * 0.85, v, v * 1.15], launches=["a", "b", "c"])
+        s = s.model_copy(update={"launch_residual": LaunchResidual(mean=0.0, sd=0.01, n=3)})
+        store.queue_update(
+            EntryKey("hw", "plain", wl, c), BaselineEntry(metrics={"output_throughput": s})
+        )
+    store.flush()
+    # One launch 20 % fast, with C=64 25 % slower than the rest of it.
+    run = make_sweep("plain", {1: 120.0, 16: 1200.0, 64: 1800.0})
+    run = run.model_copy(
+        update={"levels": [lv.model_copy(update={"launch": "L"}) for lv in run.levels]}
+    )
+    plain = compare_sweep(run, store, "hw", metrics=["output_throughput"])
+    adjusted = compare_sweep(run, store, "hw", metrics=["output_throughput"], adjust="launch")
+    assert [p.verdict for p in plain] != [p.verdict for p in adjusted]
+    assert [p.verdict for p in adjusted] == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]
+    assert "launch-adjusted" in adjusted[2].message()
