@@ -27,6 +27,7 @@ import numpy as np
 from pytest_llmperf.base.results import Workload
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.workers import pull_workers
 from pytest_llmperf.core.workload import TOKEN_ID_HIGH, TOKEN_ID_LOW, prompt_ids
 
 _USER_STREAM, _REPLY_STREAM, _THINK_STREAM = 0x3E1, 0x3E2, 0x3E3
@@ -87,22 +88,16 @@ async def conversation_loop(
     """C workers, each running whole conversations turn by turn (think time between turns)."""
     n = len(bodies)
     records: list[RequestRecord | None] = [None] * n
-    conversations = n // turns
-    next_conv = 0
 
-    async def worker() -> None:
-        nonlocal next_conv
-        while next_conv < conversations:  # bounded: each pass consumes one conversation
-            k = next_conv
-            next_conv += 1
-            for i in range(k * turns, (k + 1) * turns):
-                if think_s[i] > 0:
-                    await asyncio.sleep(think_s[i])
-                rec = await gen.request(i, prompts[i], 0, body=bodies[i])
-                records[i] = rec
-                on_record(rec)
+    async def conversation(k: int) -> None:
+        for i in range(k * turns, (k + 1) * turns):
+            if think_s[i] > 0:
+                await asyncio.sleep(think_s[i])
+            rec = await gen.request(i, prompts[i], 0, body=bodies[i])
+            records[i] = rec
+            on_record(rec)
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, conversations))))
+    await pull_workers(concurrency, n // turns, conversation)
     return records
 
 

@@ -52,6 +52,7 @@ from pytest_llmperf.core.server_probe import (
 )
 from pytest_llmperf.core.shard import new_loop, sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
+from pytest_llmperf.core.workers import pull_workers
 from pytest_llmperf.core.workload import (
     WARMUP_INDEX,
     poisson_offsets,
@@ -116,17 +117,7 @@ class _Requests:
 async def _closed_loop(requests: _Requests, concurrency: int) -> list[RequestRecord | None]:
     """C workers pull from one request list, so exactly C requests are in flight until the
     list runs dry (the seed scripts' and bench_serving's --max-concurrency behaviour)."""
-    n = len(requests.records)
-    next_index = 0
-
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < n:  # bounded: each pass consumes one index
-            i = next_index
-            next_index += 1
-            await requests.send(i)
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, n))))
+    await pull_workers(concurrency, len(requests.records), requests.send)
     return requests.records
 
 
