@@ -172,7 +172,7 @@ class LLMPerfSession:
             "prefix_groups": get("prefix_groups"),
             "range_ratio": get("range_ratio"),
             "range_convention": get("range_convention"),
-            "dataset": get("dataset"),
+            "dataset": self._dataset_path(suite, marker, get("dataset")),
             "dataset_output_len": get("dataset_output_len"),
             "turns": get("turns"),
             "think_time_s": get("think_time"),
@@ -182,6 +182,14 @@ class LLMPerfSession:
         except ValidationError as exc:  # a combination no single setting could reject
             problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
             raise usage_error(f"{where}: the workload settings do not fit: {problems}") from None
+
+    def _dataset_path(self, suite: Suite, marker: dict[str, Any], value: str | None) -> str | None:
+        """A relative ``dataset`` written in llmperf.toml is relative to that file (like the
+        rest of the suite); given on the command line, env, ini or a marker, to the cwd."""
+        if value is None or Path(value).is_absolute() or suite.path is None:
+            return value
+        from_suite = "dataset" not in marker and "dataset" not in self.settings["_explicit"]
+        return str(suite.path.parent / value) if from_suite else value
 
     # -- parametrization --------------------------------------------------------------------
     def generate_tests(self, metafunc: pytest.Metafunc) -> None:

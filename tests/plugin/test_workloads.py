@@ -78,3 +78,19 @@ def test_a_bad_dataset_file_is_a_usage_error_naming_file_and_entry(pytester) -> 
     assert result.ret == 4  # pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*chats.json: entry 0: field conversations.0.value: *"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_a_dataset_in_the_suite_file_is_relative_to_that_file(pytester) -> None:
+    """`dataset = "data/chats.json"` in perf/llmperf.toml means perf/data/chats.json, from
+    wherever pytest runs (here: the directory above, where no such file exists)."""
+    from .conftest import SUITE, SWEEP_TEST, run
+
+    perf = pytester.mkdir("perf")
+    (perf / "data").mkdir()
+    (perf / "data" / "chats.json").write_text('[{"conversations": [{"from": "human"}]}]')
+    suite = SUITE.replace("[sweep]", '[sweep]\ndataset = "data/chats.json"')
+    (perf / "llmperf.toml").write_text(suite)
+    (perf / "test_perf.py").write_text(SWEEP_TEST)
+    result = run(pytester, "perf")
+    # The file was found (and read): the error is about its content, not a missing file.
+    result.stderr.fnmatch_lines(["*perf/data/chats.json: entry 0: field conversations.0.value*"])
