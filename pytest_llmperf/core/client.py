@@ -433,18 +433,7 @@ class LoadGenerator:
             _fail_from_body(rec, ex.status, raw, openai=self.backend != "sglang")
             return
         parser = self._parser(rec)
-
-        def sink(data: bytes, t: float) -> bool:  # inside data_received: one call per read
-            if parser.t_done >= 0:
-                return True  # after [DONE]: drained to the end, so the connection is reused
-            try:
-                parser.feed(data, t)
-            except ValueError as e:  # orjson: the request fails as if the read had raised it
-                rec.fail(_cut_message(rec, e))
-                return False
-            return rec.ok
-
-        await self._pool.finish(ex, sink)
+        await self._pool.finish(ex, parser.feed)  # inside data_received: one call per read
         if rec.ok:
             parser.finish()
 
@@ -484,7 +473,6 @@ async def _stream(
 
     After ``[DONE]`` the body is drained to EOF so the connection is reused.
     """
-    rec = parser.rec
     read = content.readany
     while True:
         chunk = await read()
@@ -492,10 +480,8 @@ async def _stream(
         t = stamper.t_arrival if stamper is not None else time.perf_counter()
         if not chunk:
             break
-        if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
-            parser.feed(chunk, t)
-            if not rec.ok:
-                return
+        if not parser.feed(chunk, t):  # after [DONE] it drains to EOF: the connection is reused
+            return
     parser.finish()
 
 

@@ -18,7 +18,6 @@ read-until-close bodies, and non-200 bodies handed back whole (``Exchange.body``
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 
@@ -26,8 +25,10 @@ import aiohttp
 import httptools
 from yarl import URL
 
-# (body bytes of one read, the read's arrival) -> False to stop the response (closes it)
+# (body bytes of one read, the read's arrival) -> False to stop the response (closes it); a
+# ValueError it raises (orjson) ends the response with that error
 Sink = Callable[[bytes, float], bool]
+_now = time.perf_counter
 IDLE_TIMEOUT_S = 60.0  # a pooled connection idle longer is dropped, not reused
 
 
@@ -74,31 +75,37 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         self.until_close = True  # no length and not chunked: the body ends with the connection
         self.bad_encoding = ""
-        self.chunks: list[bytes] = []
-        self.t_arrival = math.nan
+        self.body: bytes | None = None  # the first HTTP chunk of the read being parsed
+        self.more: list[bytes] = []  # its other chunks (a read that holds several events)
 
     # -- asyncio -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        t = time.perf_counter()  # the read's arrival, before anything parses it
+        t = _now()  # the read's arrival, before anything parses it
         ex = self.exchange
         if ex is None or ex.closed:  # bytes nobody asked for: this connection is unusable
             self._abort()
             return
-        self.t_arrival = t
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
             self._end(aiohttp.ClientResponseError(_no_info(), (), message=f"bad HTTP: {e}"))
             return
-        if self.chunks:
-            chunks = self.chunks
-            self.chunks = []
-            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        body = self.body
+        if body is not None:
+            self.body = None
+            if self.more:
+                body = b"".join([body, *self.more])
+                self.more = []
             if ex.sink is not None and not ex.closed:
-                if not ex.sink(body, t):
+                try:
+                    go_on = ex.sink(body, t)
+                except ValueError as e:  # orjson: the request fails as if the read had raised
+                    self._end(e)
+                    return
+                if not go_on:
                     self._end(None, reusable=False)
                     return
             elif not ex.closed:
@@ -149,7 +156,10 @@ class _Connection(asyncio.Protocol):
                 ex.headers.set_result(None)  # the caller sets the sink before the next read
 
     def on_body(self, body: bytes) -> None:
-        self.chunks.append(body)
+        if self.body is None:
+            self.body = body
+        else:
+            self.more.append(body)
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -163,7 +173,8 @@ class _Connection(asyncio.Protocol):
         if ex is not None and not ex.closed:
             ex._close(err)
         self.exchange = None
-        self.chunks = []
+        self.body = None
+        self.more = []
         if reusable and self.complete and not self.lost:
             self.pool.release(self)
         else:
@@ -233,9 +244,13 @@ class StreamPool:
     async def finish(self, ex: Exchange, sink: Sink | None) -> None:
         """Stream the body to ``sink`` (200) or collect it in ``ex.body``; return at its end."""
         for data, t in ex.body if sink is not None else ():  # bytes that came with the headers
-            if not sink(data, t):  # type: ignore[misc]
-                if not ex.closed:
-                    self._close_exchange(ex)
+            try:
+                go_on = sink(data, t)  # type: ignore[misc]
+            except ValueError:
+                self._close_exchange(ex)
+                raise
+            if not go_on:
+                self._close_exchange(ex)
                 return
         ex.sink = sink
         if not ex.closed:
