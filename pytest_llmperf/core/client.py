@@ -1,16 +1,16 @@
 """Async streaming requests against SGLang's native and OpenAI-compatible APIs.
 
-Measured streams go straight through aiohttp (one session, no connection cap); control
-requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
+Measured streams to ``http://`` servers go through ``transport.py`` (an ``asyncio.Protocol`` per
+keep-alive connection, llhttp framing, each read's body parsed inside ``data_received``: no
+task wake-up per read); ``https://`` ones through aiohttp (one session, no connection cap).
+Control requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
 httpx-aiohttp transport. Stock httpx spends most of its CPU in connection-pool bookkeeping at
-128+ concurrent streams and then stamps tokens tens of milliseconds late; httpx's per-chunk
-layers over aiohttp still cost more than everything else the client does per read (see
+128+ concurrent streams and then stamps tokens tens of milliseconds late (see
 ``benchmarks/bench_loadgen.py``).
 
 The hot path works per network read, not per event: every event in one read arrived at the
-same instant, so a read gets one stamp, the time its bytes came off the socket (recorded by
-the connection protocol, before aiohttp parses anything; else ``perf_counter()`` before any
-parsing of ours), and is handed to a parser in ``stream_parsers.py``.
+same instant, so a read gets one stamp, the time its bytes came off the socket (taken before
+any parsing), and is handed to a parser in ``stream_parsers.py``.
 """
 
 from __future__ import annotations
