@@ -29,6 +29,7 @@ _DONE_READ = _DONE_EVENT + b"\n\n"
 _INT = re.compile(rb"\s*(\d+)")
 _META_KEY = b'"meta_info":'
 _FINISH = re.compile(rb'"finish_reason":\s*"(\w*)')
+_FIN_KEY = b'"finish_reason":'  # the common chunk has one, null (not finished)
 
 # An event kept for ``finish()`` without copying it: (read buffer, payload start, payload stop).
 Span = tuple[bytes, int, int]
@@ -273,7 +274,7 @@ class OpenAIStreamParser:
         self._mode: Literal["usage", "chunks"] | None = None
         self._last_ct = 0
         self._final_usage: int | None = None
-        self._usage_payload: Span | None = None
+        self._usage_payload: Span | bytes | None = None  # bytes: one plain event, payload [6:-2]
         self._finish = False
 
     def feed(self, chunk: bytes, t: float) -> bool:
@@ -289,12 +290,32 @@ class OpenAIStreamParser:
             if j >= 0:
                 m = _INT.match(chunk, j + _CT_LEN)
                 ct = int(m[1]) if m else -1
-                fin = _FINISH.search(chunk)
-                if ct > self._last_ct and (fin is None or fin.group(1) != b"abort"):
+                last = self._last_ct
+                k = chunk.find(_FIN_KEY)
+                if (
+                    ct == last + 1
+                    and chunk.startswith(b"null", k + 16)
+                    and k >= 0
+                    and chunk.find(_FIN_KEY, k + 16) < 0
+                ):
+                    # the common chunk (inlined): one more token, not finished
+                    rec = self.rec
+                    if rec.token_times:  # RequestRecord.add_read's one-token case
+                        rec.token_times.append(t)
+                        rec.output_tokens += 1
+                        rec.events += 1
+                    else:
+                        rec.add_read(t, 1, 1, 1)
                     self._mode = "usage"
-                    self.rec.add_read(t, ct - self._last_ct, ct - self._last_ct, 1)
                     self._last_ct = ct
-                    self._usage_payload = (chunk, 6, len(chunk) - 2)
+                    self._usage_payload = chunk
+                    return True
+                fin = _FINISH.search(chunk)
+                if ct > last and (fin is None or fin.group(1) != b"abort"):
+                    self._mode = "usage"
+                    self.rec.add_read(t, ct - last, ct - last, 1)
+                    self._last_ct = ct
+                    self._usage_payload = chunk
                     if fin is not None:
                         self._finish = True
                     return True
@@ -384,7 +405,8 @@ class OpenAIStreamParser:
             # Chunks can carry several tokens; the server's count is the truth for throughput.
             rec.output_tokens = self._final_usage
         if self._usage_payload is not None:
-            data, start, stop = self._usage_payload
+            last = self._usage_payload
+            data, start, stop = (last, 6, len(last) - 2) if isinstance(last, bytes) else last
             usage = orjson.loads(memoryview(data)[start:stop]).get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
                 rec.prompt_tokens = usage["prompt_tokens"]
