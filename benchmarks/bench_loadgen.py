@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import gc
 import json
 import math
 import os
@@ -393,12 +394,16 @@ def run_client(
                 )
             mon = LoopMonitor()
             mon.start()
+            if gen is not None:  # as run_level measures a level: no collection mid-level
+                gc.collect()
+                gc.disable()
             t0, c0 = time.perf_counter(), time.process_time()
             if gen is None:
                 out = await _run_reference(url, streams, per_worker)
             else:
                 out = await _run_ours(gen, streams, per_worker)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            gc.enable()
             health = await mon.stop()
         out.update(
             wall=wall,

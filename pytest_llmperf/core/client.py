@@ -1,16 +1,16 @@
 """Async streaming requests against SGLang's native and OpenAI-compatible APIs.
 
-Measured streams go straight through aiohttp (one session, no connection cap); control
-requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
+Measured streams to ``http://`` servers go through ``transport.py`` (an ``asyncio.Protocol`` per
+keep-alive connection, llhttp framing, each read's body parsed inside ``data_received``: no
+task wake-up per read); ``https://`` ones through aiohttp (one session, no connection cap).
+Control requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
 httpx-aiohttp transport. Stock httpx spends most of its CPU in connection-pool bookkeeping at
-128+ concurrent streams and then stamps tokens tens of milliseconds late; httpx's per-chunk
-layers over aiohttp still cost more than everything else the client does per read (see
+128+ concurrent streams and then stamps tokens tens of milliseconds late (see
 ``benchmarks/bench_loadgen.py``).
 
 The hot path works per network read, not per event: every event in one read arrived at the
-same instant, so a read gets one stamp, the time its bytes came off the socket (recorded by
-the connection protocol, before aiohttp parses anything; else ``perf_counter()`` before any
-parsing of ours), and is handed to a parser in ``stream_parsers.py``.
+same instant, so a read gets one stamp, the time its bytes came off the socket (taken before
+any parsing), and is handed to a parser in ``stream_parsers.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import asyncio
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import aiohttp
@@ -38,6 +38,7 @@ from pytest_llmperf.core.stream_parsers import (
     error_message,
     short_error,
 )
+from pytest_llmperf.core.transport import Exchange, StreamPool
 
 BACKEND_PATHS: dict[str, str] = {
     "sglang": "/generate",
@@ -74,8 +75,6 @@ class _ArrivalStamper(ResponseHandler):
         if data:  # b"" is aiohttp resuming its own parser, not an arrival
             self.t_arrival = time.perf_counter()
         super().data_received(data)
-        if _PENDING:
-            _flush_pending()
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this for every HTTP chunk it hands over while less than
@@ -281,10 +280,13 @@ class LoadGenerator:
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self._http: httpx.AsyncClient | None = None
+        self._pool: StreamPool | None = None
 
     async def __aenter__(self) -> LoadGenerator:
         self._session = make_session(trace_configs=[_reuse_tracer()])
         self._fresh_session = make_session(force_close=True)
+        if self._url.scheme == "http":  # plain HTTP: the stream transport; else aiohttp
+            self._pool = StreamPool(self._url, self._headers, CONNECT_TIMEOUT_S)
         self._http = make_http_client(
             self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s
         )
@@ -297,6 +299,9 @@ class LoadGenerator:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -370,7 +375,6 @@ class LoadGenerator:
     ) -> RequestRecord:
         """Send one streaming request and measure it; never raises for request failures."""
         payload = body if body is not None else self.body(prompt, output_len)
-        session = self.session
         rec = RequestRecord(
             index=index,
             prompt_tokens=len(prompt) if not isinstance(prompt, str) else 0,
@@ -381,7 +385,7 @@ class LoadGenerator:
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 try:
-                    await self._attempt(rec, session, payload, attempt)
+                    await self._attempt(rec, payload, attempt, fresh=False)
                 except aiohttp.ClientError as e:
                     # Retried once, on a new connection, only when a pooled connection died
                     # before any response byte in a way that shows the server never read this
@@ -393,7 +397,7 @@ class LoadGenerator:
                     # The start stamp belongs to the attempt that succeeds (this one): the
                     # dead connection's milliseconds are the client's, not the server's.
                     rec.t_send = time.perf_counter()
-                    await self._attempt(rec, self.fresh_session, payload, _Attempt())
+                    await self._attempt(rec, payload, _Attempt(), fresh=True)
         except aiohttp.ClientError as e:  # before TimeoutError: a read timeout is both
             rec.fail(_cut_message(rec, e))
         except TimeoutError:
@@ -404,14 +408,43 @@ class LoadGenerator:
             rec.e2e = time.perf_counter() - rec.t_send if math.isnan(rec.e2e) else rec.e2e
         return rec
 
+    def _parser(self, rec: RequestRecord) -> GenerateStreamParser | OpenAIStreamParser:
+        if self.backend == "sglang":
+            return GenerateStreamParser(rec)
+        return OpenAIStreamParser(rec, chat=self.backend == "openai-chat")
+
     async def _attempt(
+        self, rec: RequestRecord, payload: bytes, attempt: _Attempt, *, fresh: bool
+    ) -> None:
+        """One try of a request: send, then parse the stream into ``rec``."""
+        if self._pool is None:
+            session = self.fresh_session if fresh else self.session
+            await self._attempt_aiohttp(rec, session, payload, attempt)
+            return
+        ex = Exchange()
+        try:
+            await self._pool.send(ex, payload, fresh=fresh)
+        finally:
+            attempt.reused = ex.reused
+        attempt.answered = True
+        if ex.status != 200:
+            await self._pool.finish(ex, None)
+            raw = b"".join(data for data, _ in ex.body)
+            _fail_from_body(rec, ex.status, raw, openai=self.backend != "sglang")
+            return
+        parser = self._parser(rec)
+        await self._pool.finish(ex, parser.feed)  # inside data_received: one call per read
+        if rec.ok:
+            parser.finish()
+
+    async def _attempt_aiohttp(
         self,
         rec: RequestRecord,
         session: aiohttp.ClientSession,
         payload: bytes,
         attempt: _Attempt,
     ) -> None:
-        """One try of a request: send, then parse the stream into ``rec``."""
+        """One try through aiohttp (https, or anything the stream transport does not speak)."""
         async with session.post(
             self._url,
             data=payload,
@@ -422,73 +455,13 @@ class LoadGenerator:
         ) as resp:
             attempt.answered = True
             if resp.status != 200:
-                await _fail_from_body(rec, resp, openai=self.backend != "sglang")
+                raw = await resp.read()
+                _fail_from_body(rec, resp.status, raw, openai=self.backend != "sglang")
                 return
             conn = resp.connection
             proto = conn.protocol if conn is not None else None
             stamper = proto if isinstance(proto, _ArrivalStamper) else None
-            if self.backend == "sglang":
-                await self._stream_generate(rec, resp.content, stamper)
-            else:
-                await self._stream_openai(rec, resp.content, stamper)
-
-    async def _stream_generate(
-        self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
-    ) -> None:
-        """SGLang ``/generate``: one stamp and one ``feed`` per network read."""
-        await _stream(GenerateStreamParser(rec), content, stamper)
-
-    async def _stream_openai(
-        self, rec: RequestRecord, content: aiohttp.StreamReader, stamper: _ArrivalStamper | None
-    ) -> None:
-        """OpenAI completions/chat: one stamp and one ``feed`` per network read."""
-        await _stream(OpenAIStreamParser(rec, chat=self.backend == "openai-chat"), content, stamper)
-
-
-class _StreamStopped(Exception):
-    """Raised into a stream's reader when its parser failed the request (ends the wait)."""
-
-
-# Body sinks of streams being measured, by id of their aiohttp StreamReader (it is slotted).
-_SINKS: dict[int, Callable[[bytes], None]] = {}
-# HTTP chunks of the network read being parsed: one event each for SGLang and OpenAI servers,
-# handed over together once the read is parsed (one parser call per read, not per event).
-_PENDING: list[tuple[Callable[[bytes], None], bytes]] = []
-
-
-def _flush_pending() -> None:
-    items = _PENDING[:]
-    _PENDING.clear()
-    i = 0
-    while i < len(items):  # bounded: each pass consumes one run of the same sink
-        sink = items[i][0]
-        j = i + 1
-        while j < len(items) and items[j][0] is sink:
-            j += 1
-        sink(items[i][1] if j == i + 1 else b"".join(d for _, d in items[i:j]))
-        i = j
-
-
-class _SinkStreamReader(aiohttp.StreamReader):
-    """aiohttp's StreamReader that hands each body chunk to the request's parser as the HTTP
-    parser produces it, inside the connection's ``data_received``, instead of queueing it and
-    waking the request's task. When a client keeps up, every event is a read of its own: the
-    queue, the wake-up and ``readany`` cost more than the parsing (``bench_loadgen --pace``).
-    Same layout as its base (no slots of its own), so a live reader can switch class."""
-
-    __slots__ = ()
-
-    def feed_data(self, data: bytes, size: int = 0) -> bool:
-        sink = _SINKS.get(id(self))
-        if sink is None:
-            return super().feed_data(data, size)
-        if data:  # parsed once per network read: see _flush_pending
-            _PENDING.append((sink, data))
-        return False
-
-    def end_http_chunk_receiving(self) -> None:
-        if id(self) not in _SINKS:  # chunk boundaries matter only to iter_chunks()
-            super().end_http_chunk_receiving()
+            await _stream(self._parser(rec), resp.content, stamper)
 
 
 async def _stream(
@@ -496,43 +469,10 @@ async def _stream(
     content: aiohttp.StreamReader,
     stamper: _ArrivalStamper | None,
 ) -> None:
-    """Feed one response body to its parser, stamped with each read's arrival, then judge it.
+    """Feed one response body to its parser, a read at a time with its arrival stamp.
 
-    After ``[DONE]`` the body is drained to EOF so the connection is reused; a parser that
-    fails the request ends the wait at once (the unfinished response's connection is closed).
+    After ``[DONE]`` the body is drained to EOF so the connection is reused.
     """
-    rec = parser.rec
-    if stamper is not None and type(content) is aiohttp.StreamReader:
-        key = id(content)
-
-        def sink(data: bytes) -> None:
-            if parser.t_done >= 0 or not rec.ok:
-                return
-            try:
-                parser.feed(data, stamper.t_arrival)
-            except ValueError as e:  # orjson: the request fails as if the read had raised it
-                content.set_exception(e)
-                return
-            if not rec.ok:
-                content.set_exception(_StreamStopped())
-
-        buffered = content.read_nowait()  # body bytes that came in with the headers
-        if buffered:
-            sink(buffered)
-        _SINKS[key] = sink
-        content.__class__ = _SinkStreamReader
-        try:
-            while chunk := await content.readany():  # b"" at EOF; nothing queues meanwhile
-                sink(chunk)
-        except _StreamStopped:
-            return
-        finally:
-            del _SINKS[key]
-            if _PENDING:  # chunks a connection's end handed over outside data_received
-                _flush_pending()
-        if rec.ok:
-            parser.finish()
-        return
     read = content.readany
     while True:
         chunk = await read()
@@ -540,26 +480,21 @@ async def _stream(
         t = stamper.t_arrival if stamper is not None else time.perf_counter()
         if not chunk:
             break
-        if parser.t_done < 0:  # after [DONE], drain to EOF so the connection is reused
-            parser.feed(chunk, t)
-            if not rec.ok:
-                return
+        if not parser.feed(chunk, t):  # after [DONE] it drains to EOF: the connection is reused
+            return
     parser.finish()
 
 
-async def _fail_from_body(
-    rec: RequestRecord, resp: aiohttp.ClientResponse, *, openai: bool = False
-) -> None:
+def _fail_from_body(rec: RequestRecord, status: int, raw: bytes, *, openai: bool) -> None:
     """A non-200 answer: the request fails with the server's own message."""
-    raw = await resp.read()
     text = raw[:2000].decode("utf-8", "replace")
     try:
         msg = error_message(orjson.loads(raw)) or text
     except orjson.JSONDecodeError:
         msg = text
-    hint = extension_hint(resp.status, text) if openai else ""
+    hint = extension_hint(status, text) if openai else ""
     # the hint goes first: a long server message is cut at the end, never the advice
-    rec.fail(hint + short_error(f"HTTP {resp.status}: {msg}"))
+    rec.fail(hint + short_error(f"HTTP {status}: {msg}"))
 
 
 def extension_hint(status: int, body: str) -> str:

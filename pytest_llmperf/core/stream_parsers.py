@@ -29,6 +29,7 @@ _DONE_READ = _DONE_EVENT + b"\n\n"
 _INT = re.compile(rb"\s*(\d+)")
 _META_KEY = b'"meta_info":'
 _FINISH = re.compile(rb'"finish_reason":\s*"(\w*)')
+_FIN_KEY = b'"finish_reason":'  # the common chunk has one, null (not finished)
 
 # An event kept for ``finish()`` without copying it: (read buffer, payload start, payload stop).
 Span = tuple[bytes, int, int]
@@ -131,22 +132,51 @@ class GenerateStreamParser:
         self.t_done = -1.0  # when [DONE] arrived; nothing after it is parsed
         self._decoder = SSEDecoder()
         self._last_ct = 0
-        self._last_payload: Span | None = None  # the last event with a count
+        self._last_payload: Span | bytes | None = None  # the last event with a count
 
-    def feed(self, chunk: bytes, t: float) -> None:
-        """Parse one read that arrived at ``t``; fails the record on an error event."""
-        if one_plain_event(self._decoder, chunk):
-            if chunk == _DONE_READ:
-                self.t_done = t
-                return
+    def feed(self, chunk: bytes, t: float) -> bool:
+        """Parse one read that arrived at ``t``; fails the record on an error event.
+
+        Returns False once the request failed (stop reading); after ``[DONE]`` the rest of the
+        body is drained unparsed.
+        """
+        if self.t_done >= 0:
+            return True
+        # The read a client that keeps up gets once per event (inlined: it is most of the
+        # client's work at a GPU server's pace): one whole plain event whose count grew.
+        n = len(chunk)
+        if (
+            chunk.endswith(b"\n\n")
+            and chunk.startswith(b"data: ")
+            and self._decoder.idle
+            and chunk.find(b"\n", 6) == n - 2
+            and chunk[n - 3] != 0x0D  # "\r": a CR-framed event goes the general way
+        ):
             j = chunk.rfind(_CT_KEY)
             if j >= 0:
-                ct = _int_after(chunk, j + _CT_LEN)
-                if ct > self._last_ct:
-                    self.rec.add_tokens(t, ct - self._last_ct)  # counts the event
+                m = _INT.match(chunk, j + _CT_LEN)
+                ct = int(m[1]) if m else -1
+                last = self._last_ct
+                if ct > last:
+                    rec = self.rec
+                    times = rec.token_times
+                    if ct == last + 1 and times:  # RequestRecord.add_read's one-token case
+                        times.append(t)
+                        rec.output_tokens += 1
+                        rec.events += 1
+                    else:
+                        rec.add_read(t, ct - last, ct - last, 1)
                     self._last_ct = ct
-                    self._last_payload = (chunk, 6, len(chunk) - 2)
-                    return
+                    self._last_payload = chunk  # one plain event: its payload is [6:-2]
+                    return True
+            elif chunk == _DONE_READ:
+                self.t_done = t
+                return True
+        self._feed_read(chunk, t)
+        return self.rec.ok
+
+    def _feed_read(self, chunk: bytes, t: float) -> None:
+        """Any read: split at event ends, counted per read when every event is plain."""
         data, end = self._decoder.take(chunk)
         if end < 0:
             return
@@ -206,7 +236,8 @@ class GenerateStreamParser:
         if self._last_payload is None:
             rec.fail("stream finished without any token")
             return
-        meta = meta_info_of(self._last_payload)
+        last = self._last_payload
+        meta = meta_info_of((last, 6, len(last) - 2) if isinstance(last, bytes) else last)
         finish = meta.get("finish_reason")
         if not finish:
             rec.fail(f"stream ended without a finish_reason after {rec.output_tokens} tokens")
@@ -251,27 +282,59 @@ class OpenAIStreamParser:
         self._mode: Literal["usage", "chunks"] | None = None
         self._last_ct = 0
         self._final_usage: int | None = None
-        self._usage_payload: Span | None = None
+        self._usage_payload: Span | bytes | None = None  # bytes: one plain event, payload [6:-2]
         self._finish = False
 
-    def feed(self, chunk: bytes, t: float) -> None:
-        """Parse one read that arrived at ``t``; fails the record on an error or abort."""
+    def feed(self, chunk: bytes, t: float) -> bool:
+        """Parse one read that arrived at ``t``; fails the record on an error or abort.
+
+        Returns False once the request failed (stop reading); after ``[DONE]`` the rest of the
+        body is drained unparsed.
+        """
+        if self.t_done >= 0:
+            return True
         if self._mode != "chunks" and one_plain_event(self._decoder, chunk):
-            if chunk == _DONE_READ:
-                self.t_done = t
-                return
             j = chunk.rfind(_CT_KEY)
             if j >= 0:
-                ct = _int_after(chunk, j + _CT_LEN)
-                fin = _FINISH.search(chunk)
-                if ct > self._last_ct and (fin is None or fin.group(1) != b"abort"):
+                m = _INT.match(chunk, j + _CT_LEN)
+                ct = int(m[1]) if m else -1
+                last = self._last_ct
+                k = chunk.find(_FIN_KEY)
+                if (
+                    ct == last + 1
+                    and chunk.startswith(b"null", k + 16)
+                    and k >= 0
+                    and chunk.find(_FIN_KEY, k + 16) < 0
+                ):
+                    # the common chunk (inlined): one more token, not finished
+                    rec = self.rec
+                    if rec.token_times:  # RequestRecord.add_read's one-token case
+                        rec.token_times.append(t)
+                        rec.output_tokens += 1
+                        rec.events += 1
+                    else:
+                        rec.add_read(t, 1, 1, 1)
                     self._mode = "usage"
-                    self.rec.add_tokens(t, ct - self._last_ct)  # counts the event
                     self._last_ct = ct
-                    self._usage_payload = (chunk, 6, len(chunk) - 2)
+                    self._usage_payload = chunk
+                    return True
+                fin = _FINISH.search(chunk)
+                if ct > last and (fin is None or fin.group(1) != b"abort"):
+                    self._mode = "usage"
+                    self.rec.add_read(t, ct - last, ct - last, 1)
+                    self._last_ct = ct
+                    self._usage_payload = chunk
                     if fin is not None:
                         self._finish = True
-                    return
+                    return True
+            elif chunk == _DONE_READ:
+                self.t_done = t
+                return True
+        self._feed_read(chunk, t)
+        return self.rec.ok
+
+    def _feed_read(self, chunk: bytes, t: float) -> None:
+        """Any read: split at event ends, counted per read when every event is plain."""
         data, end = self._decoder.take(chunk)
         if end < 0:
             return
@@ -346,7 +409,8 @@ class OpenAIStreamParser:
             # Chunks can carry several tokens; the server's count is the truth for throughput.
             rec.output_tokens = self._final_usage
         if self._usage_payload is not None:
-            data, start, stop = self._usage_payload
+            last = self._usage_payload
+            data, start, stop = (last, 6, len(last) - 2) if isinstance(last, bytes) else last
             usage = orjson.loads(memoryview(data)[start:stop]).get("usage") or {}
             if isinstance(usage.get("prompt_tokens"), int):
                 rec.prompt_tokens = usage["prompt_tokens"]

@@ -45,3 +45,13 @@ def progress_printer() -> Any:
         stream.flush()
 
     return show
+
+
+def client_text(processes: int) -> str:
+    """The header's client: how many processes read the streams, over what."""
+    shards = (
+        f"{processes} processes per closed-loop level (--llmperf-client-processes)"
+        if processes > 1
+        else "1 process (--llmperf-client-processes N shards a level over N)"
+    )
+    return f"{shards}, llhttp stream transport (aiohttp for https)"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import ValidationError
 
-from pytest_llmperf.plugin.options import progress_printer, resolve_settings
+from pytest_llmperf.plugin.options import client_text, progress_printer, resolve_settings
 from pytest_llmperf.plugin.params import (
     AB_FIXTURE,
     CROSSOVER_FIXTURE,
@@ -372,6 +372,7 @@ class LLMPerfSession:
                     hardware_override=s["hardware"],
                     details=bool(s["details"]),
                     scrape_metrics=bool(s["scrape_metrics"]),
+                    client_processes=int(s["client_processes"]),
                     progress=progress_printer(),
                     env=self.environment(),
                     slo=suite.slo,
@@ -458,7 +459,7 @@ class LLMPerfSession:
         wl = self.workload(suite, {}, "the command line, environment, ini or [sweep]")
         lines.append(
             f"llmperf: levels {','.join(map(str, levels))}; workload {wl.key()} seed={wl.seed}; "
-            f"client httpx over aiohttp; baselines {self.store.directory}"
+            f"client {client_text(int(s['client_processes']))}; baselines {self.store.directory}"
             + ("; UPDATING baselines" if s["update"] else "")
         )
         return lines

@@ -132,6 +132,7 @@ class PerfRun:
     hardware_override: str | None = None
     details: bool = False
     scrape_metrics: bool = False
+    client_processes: int = 1  # closed-loop levels sharded over this many client processes
     progress: Callable[[str, Progress], None] | None = None
     # The environment holds secrets (LLMPERF_API_KEY, HF tokens): never in a repr.
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -439,6 +440,7 @@ class PerfRun:
                     warmup=not state.warmed,
                     slo=self.slo,
                     prompt_start=sent,  # llmperf-client
+                    client_processes=self.client_processes,
                 )
                 if state.prompt_base:
                     level.notes.append(

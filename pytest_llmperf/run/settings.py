@@ -132,6 +132,13 @@ SETTINGS: tuple[Setting, ...] = (
         marker=True,
     ),
     Setting(
+        "client_processes",
+        parse_positive_int,
+        1,
+        "client processes that share each closed-loop level (C and requests split, records "
+        "merged on one clock); raise it when a level says the load generator was the bottleneck",
+    ),
+    Setting(
         "repeat",
         parse_positive_int,
         1,

@@ -185,7 +185,14 @@ def check_level(
             reasons.append(
                 f"the load generator was the bottleneck{why} (client CPU "
                 f"{client.cpu_percent:.0f} %, event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms):"
-                " one client process cannot keep up; use more client processes"
+                + (
+                    f" it needs at least {client.processes_needed} client processes: run with "
+                    f"--llmperf-client-processes {client.processes_needed} (env "
+                    "LLMPERF_CLIENT_PROCESSES; llmperf sweep --client-processes)"
+                    if client.processes_needed
+                    else " one client process cannot keep up; use more client processes "
+                    "(--llmperf-client-processes N)"
+                )
             )
 
     if level.completed == 0:

@@ -292,3 +292,38 @@ def test_single_event_reads_that_are_not_plain_counts(
     assert rec.output_tokens == tokens
     assert rec.events == (0 if error else len([r for r in reads if b"DONE" not in r]))
     assert (parser.t_done > 0) == any(b"DONE" in r for r in reads)
+
+
+def _usage_chunk(ct: int, *finishes: str | None) -> bytes:
+    choices = [
+        {"index": i, "delta": {"content": "a"}, "finish_reason": f} for i, f in enumerate(finishes)
+    ]
+    usage = {"prompt_tokens": 3, "completion_tokens": ct, "total_tokens": 3 + ct}
+    return b"data: " + orjson.dumps({"choices": choices, "usage": usage}) + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("last", "error", "finished"),
+    [
+        (_usage_chunk(3, "length"), None, True),
+        (_usage_chunk(3, None, "abort"), "request aborted by server (finish_reason abort)", False),
+        (_usage_chunk(3, "stop", None), None, True),  # a set finish_reason before a null one
+        (_usage_chunk(3, None), None, False),  # never finished: judged at the end
+    ],
+)
+def test_one_more_token_shortcut_sees_every_finish_reason(
+    last: bytes, error: str | None, finished: bool
+) -> None:
+    rec = RequestRecord(index=0, t_send=0.0)
+    oai = OpenAIStreamParser(rec, chat=True)
+    for k, read in enumerate([_usage_chunk(1, None), _usage_chunk(2, None), last]):
+        oai.feed(read, float(k + 1))
+    oai.feed(b"data: [DONE]\n\n", 4.0)
+    oai.finish()
+    if error is not None:
+        assert rec.error == error
+        return
+    assert rec.output_tokens == 3 and list(rec.token_times) == [1.0, 2.0, 3.0]
+    assert rec.ok is finished
+    if not finished:
+        assert "finish_reason" in (rec.error or "")
