@@ -38,7 +38,7 @@ from pytest_llmperf.verdicts.compare import (
 )
 from pytest_llmperf.verdicts.crossover import CrossoverRule, SweepMetricResult, compare_crossover
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gates, load_gates
-from pytest_llmperf.verdicts.stats import NoiseRule
+from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 __all__ = [
@@ -195,7 +195,7 @@ def judge_run(
             )
         )
 
-    def noise(cfg: str, c: int, metric: str) -> float | None:
+    def noise(cfg: str, c: int, metric: str) -> LaunchNoise | None:
         sweep = next((s for s in run.sweeps if s.config == cfg), None)
         if sweep is None:
             return None

@@ -24,6 +24,7 @@ from pytest_llmperf.verdicts.launch_adjust import (
     launch_values,
     summarize_residuals,
 )
+from pytest_llmperf.verdicts.stats import LaunchNoise
 
 __all__ = [
     "baseline_residuals",
@@ -63,7 +64,7 @@ def baseline_residuals(
 def launch_noise(store: BaselineStore, run: PerfRun, workload: Workload) -> NoisePrior:
     """Each config's recorded launch-to-launch spread at a level (the gates' noise prior)."""
 
-    def noise(config: str, c: int, metric: str) -> float | None:
+    def noise(config: str, c: int, metric: str) -> LaunchNoise | None:
         key = EntryKey(run.hardware_for(config), config, workload.key(), c)
         return store.launch_noise(key, metric)
 

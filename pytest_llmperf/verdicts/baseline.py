@@ -33,7 +33,7 @@ from pytest_llmperf.verdicts.baseline_file import (
     load_baseline_file,
     write_baseline_file,
 )
-from pytest_llmperf.verdicts.stats import launch_means
+from pytest_llmperf.verdicts.stats import LaunchNoise, launch_means
 
 __all__ = [
     "MAX_RAW_SAMPLES",
@@ -200,15 +200,16 @@ class BaselineStore:
         f = self.file(key.hardware, key.config)
         return None if f is None else f.entry(key.workload, key.concurrency)
 
-    def launch_noise(self, key: EntryKey, metric: str) -> float | None:
-        """The relative launch-to-launch spread recorded for ``metric`` at ``key`` (None when
-        the entry spans fewer than two launches): the noise prior of a comparison whose own
-        side has one launch (gates, the crossover). Does not mark the entry used."""
+    def launch_noise(self, key: EntryKey, metric: str) -> LaunchNoise | None:
+        """The relative launch-to-launch spread recorded for ``metric`` at ``key`` and its
+        launches (None under two): the noise prior of a comparison whose own sides have few
+        launches (gates, the crossover). Does not mark the entry used."""
         entry = self.get(key, mark_used=False)
         summary = entry.metrics.get(metric) if entry is not None else None
-        if summary is None or (summary.launches or summary.n) < 2:
+        launches = (summary.launches or summary.n) if summary is not None else 0
+        if summary is None or launches < 2 or summary.relative_std is None:
             return None
-        return summary.relative_std
+        return LaunchNoise(summary.relative_std, launches)
 
     def mark_used(self, key: EntryKey) -> None:
         self._used.add(EntryKey(*key))

@@ -20,7 +20,7 @@ from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
 from pytest_llmperf.verdicts.compare import Verdict
 from pytest_llmperf.verdicts.gates import NoisePrior, gate_margin
-from pytest_llmperf.verdicts.stats import NoiseRule
+from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
@@ -243,7 +243,7 @@ def compare_crossover(
             continue
         wl = sweep.workload.key()
 
-        def noise(cfg: str, c: int, metric: str, wl: str = wl) -> float | None:
+        def noise(cfg: str, c: int, metric: str, wl: str = wl) -> LaunchNoise | None:
             return store.launch_noise(EntryKey(hardware, cfg, wl, c), metric)
 
         est = estimate_crossover(sweep, ref, rule.metric, policy=policy, noise=noise)

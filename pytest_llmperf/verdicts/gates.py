@@ -22,7 +22,7 @@ from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.base.values import MetricName
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry
 from pytest_llmperf.verdicts.compare import Verdict, explain, fmt_num, worst
-from pytest_llmperf.verdicts.stats import NoiseRule, Side
+from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule, Side
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
@@ -179,7 +179,7 @@ class GateResult:
 
 
 # (config, concurrency, metric) -> that config's recorded launch-to-launch spread, or None
-NoisePrior = Callable[[str, int, str], float | None]
+NoisePrior = Callable[[str, int, str], LaunchNoise | None]
 
 
 def gate_margin(
@@ -187,11 +187,12 @@ def gate_margin(
     b: Sequence[LevelResult],
     name: str,
     rule: NoiseRule,
-    priors: tuple[float | None, float | None] = (None, None),
+    priors: tuple[LaunchNoise | None, LaunchNoise | None] = (None, None),
 ) -> float:
     """z·se of the relative difference between two configs' means: each side's launch-to-
-    launch spread over its launches; a side with a single launch takes its prior (the spread
-    its baseline recorded) or else ``rule.assumed_noise``. The two sides are separate
+    launch spread, pooled with its prior (the spread its baseline recorded, over its launches)
+    where there is one, since two launches alone can land close together by chance; a side
+    with one launch and no prior takes ``rule.assumed_noise``. The two sides are separate
     launches, so both spreads count.
 
     The within-run error is left out on purpose: two configs differ in their steady-state
@@ -204,8 +205,10 @@ def gate_margin(
         got = Side.from_samples(
             vals, [lv.launch for lv in side if lv.judged_value(name) is not None]
         )
-        fallback = prior if prior is not None else rule.assumed_noise
-        sd = got.between_sd if got.between_sd is not None else fallback
+        if prior is not None:
+            sd = prior.pooled_with(got.between_sd, got.launches)
+        else:
+            sd = got.between_sd if got.between_sd is not None else rule.assumed_noise
         var += max(sd, rule.noise_floor) ** 2 / got.launches
     return rule.z * var**0.5
 

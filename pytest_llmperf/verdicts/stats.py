@@ -61,6 +61,7 @@ from pytest_llmperf.base.metric_defs import Direction
 
 __all__ = [
     "Decision",
+    "LaunchNoise",
     "NoiseRule",
     "Side",
     "critical",
@@ -240,6 +241,22 @@ class Side:
         ses = [w for w in within_se if w is not None]
         w = math.sqrt(sum(x * x for x in ses)) / len(ses) if ses else None
         return cls(statistics.fmean(values), sd, len(means), w)
+
+
+@dataclass(frozen=True)
+class LaunchNoise:
+    """A relative launch-to-launch spread and how many launches it was measured over."""
+
+    sd: float
+    launches: int
+
+    def pooled_with(self, sd: float | None, launches: int) -> float:
+        """This spread pooled with one measured over ``launches`` (degrees of freedom
+        weighted): two launches alone can land close together by chance."""
+        if sd is None or launches < 2:
+            return self.sd
+        dof_a, dof_b = max(self.launches - 1, 1), launches - 1
+        return math.sqrt((dof_a * self.sd**2 + dof_b * sd**2) / (dof_a + dof_b))
 
 
 def pooled_dof(cur: Side, base: Side) -> int:

@@ -9,6 +9,7 @@ from pytest_llmperf.verdicts.baseline import BaselineStore, summarize
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
 from pytest_llmperf.verdicts.compare import Verdict
 from pytest_llmperf.verdicts.crossover import CrossoverRule, compare_crossover, estimate_crossover
+from pytest_llmperf.verdicts.stats import LaunchNoise
 
 from . import MTP, PLAIN, make_level, make_sweep
 
@@ -111,10 +112,10 @@ def test_recorded_launch_noise_is_the_prior_of_one_launch_sides() -> None:
     assert evaluate_gate(gate, [mtp, plain]).verdict == Verdict.FAIL  # 2 % assumed: 5.7 %
     # Both baselines recorded launches 15 % apart: an 11 % gap between two single launches
     # is inside that noise (margin 2·√2·15 % = 42 %).
-    noisy = evaluate_gate(gate, [mtp, plain], noise=lambda cfg, c, m: 0.15)
+    noisy = evaluate_gate(gate, [mtp, plain], noise=lambda cfg, c, m: LaunchNoise(0.15, 3))
     assert noisy.verdict == Verdict.INCONCLUSIVE
     assert "inside the noise margin 42.4 %" in noisy.message()
-    est = estimate_crossover(mtp, plain, noise=lambda cfg, c, m: 0.15)
+    est = estimate_crossover(mtp, plain, noise=lambda cfg, c, m: LaunchNoise(0.15, 3))
     assert est.ties == (1, 4, 16) and (est.low, est.high) == (0, 16)
 
 
@@ -127,6 +128,20 @@ def test_the_store_gives_the_recorded_launch_spread(tmp_path) -> None:
         key, BaselineEntry(metrics={"output_throughput": three, "median_itl_ms": one})
     )
     store.flush()
-    assert store.launch_noise(key, "output_throughput") == pytest.approx(0.15)
+    assert store.launch_noise(key, "output_throughput") == LaunchNoise(pytest.approx(0.15), 3)
     assert store.launch_noise(key, "median_itl_ms") is None
     assert store.launch_noise(EntryKey("hw", "plain", "w", 64), "output_throughput") is None
+
+
+def test_two_launches_that_landed_close_do_not_shrink_the_margin() -> None:
+    """After a re-run each side has two launches; their spread alone (1 % here, by chance) would
+    make an 11 % gap look decisive under 15 % launch noise. Pooled with the recorded prior,
+    the margin stays near the launch noise."""
+    plain = _with_repeats(make_sweep("plain", {1: 100, 4: 300, 16: 900}), {16: [1.01]})
+    mtp = _with_repeats(make_sweep("mtp", {1: 130, 4: 390, 16: 800}), {16: [0.99]})
+    alone = estimate_crossover(mtp, plain)
+    assert alone.margins[16] < 0.05 and alone.ties == ()
+    pooled = estimate_crossover(mtp, plain, noise=lambda cfg, c, m: LaunchNoise(0.15, 3))
+    assert pooled.margins[16] == pytest.approx(0.245, abs=1e-3) and 16 in pooled.ties
+    assert LaunchNoise(0.15, 3).pooled_with(0.01, 2) == pytest.approx(0.1226, abs=1e-3)
+    assert LaunchNoise(0.15, 3).pooled_with(None, 1) == 0.15
