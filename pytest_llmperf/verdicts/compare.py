@@ -342,11 +342,12 @@ def with_launch_adjustment(
     tolerance: float,
     rule: NoiseRule | None = None,
     why: Sequence[str] = (),
+    within_se: Sequence[float | None] = (),
 ) -> MetricComparison:
     """Judge the launch-adjusted residuals too, and combine: FAIL when either side fails beyond
     its noise (the plain one sees uniform regressions, the adjusted one a level's own),
     PASS when the adjusted one passes, else INCONCLUSIVE."""
-    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule)
+    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se)
     ch = math.exp(statistics.fmean(residuals) - base.mean) - 1
     side = "below" if ch < 0 else "above"
     launches = f"{len(residuals)} launch{'es' if len(residuals) != 1 else ''}"
@@ -454,7 +455,13 @@ def compare_point(
         )
         if adjusting and adjusted is not None and res is not None:
             mc = with_launch_adjustment(
-                mc, adjusted[name], ResidualSummary(res.mean, res.sd, res.n), tol, rule, why
+                mc,
+                adjusted[name],
+                ResidualSummary(res.mean, res.sd, res.n),
+                tol,
+                rule,
+                why,
+                within_se=[lv.within_se.get(name) for _, lv in got],
             )
         point.metrics.append(mc)
         if mc.verdict != Verdict.PASS or mc.stale:

@@ -92,9 +92,12 @@ def decide_adjusted(
     base: ResidualSummary,
     tolerance: float,
     rule: NoiseRule | None = None,
+    within_se: Sequence[float | None] = (),
 ) -> Decision:
     """The rule of ``stats.decide`` on launch-adjusted ratios ``exp(r - base.mean)`` against 1:
-    each current residual is one launch; the baseline's residual spread is its noise. (z, not
+    each current residual is one launch; the baseline's residual spread is its noise, and the
+    current samples' within-run errors add to it (a stall inside one level shows there, so
+    that level is re-measured rather than failed). (z, not
     Student's t: this spread is small beside a tolerance, so even a baseline that happened to
     underestimate it twofold leaves false alarms rare, while t would leave most points
     unresolved after three launches.)"""
@@ -108,6 +111,7 @@ def decide_adjusted(
         direction=metric_def(name).direction,
         rule=rule,
         current_launches=[f"launch-{i}" for i in range(len(ratios))],
+        current_within_se=within_se,
         base_launches=base.n,
     )
 

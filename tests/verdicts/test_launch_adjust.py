@@ -145,3 +145,16 @@ def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
     assert [p.verdict for p in plain] != [p.verdict for p in adjusted]
     assert [p.verdict for p in adjusted] == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]
     assert "launch-adjusted" in adjusted[2].message()
+
+
+def test_a_stall_inside_the_level_is_re_measured_not_failed() -> None:
+    """-14 % at one level of one launch: beyond a 1 % residual spread, so a fail; unless the
+    level's own within-run error says its window was disturbed (a stall), then inconclusive."""
+    base = ResidualSummary(0.0, 0.01, 3)
+    r = [math.log(0.86)]
+    assert decide_adjusted("output_throughput", r, base, 0.05).outcome == "fail"
+    stalled = decide_adjusted("output_throughput", r, base, 0.05, within_se=[0.08])
+    assert stalled.outcome == "inconclusive"
+    # a 25 % drop with a calm window still fails
+    calm = decide_adjusted("output_throughput", [math.log(0.75)], base, 0.05, within_se=[0.01])
+    assert calm.outcome == "fail"
