@@ -106,7 +106,7 @@ def pytest_run(
         "inconclusive": proc.stdout.count("inconclusive"),
         "s": time.monotonic() - t0,
         "results": json.loads(results.read_text()) if results.exists() else None,
-        "tail": proc.stdout[proc.stdout.find("problems:") :][:6000],
+        "tail": proc.stdout[max(proc.stdout.find("problems:"), len(proc.stdout) - 4000, 0) :],
     }
 
 
