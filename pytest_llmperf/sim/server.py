@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -131,8 +132,13 @@ class SimServer:
             **self.keepalive.runner_kwargs(),
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
         try:
+            # Bind here, not in TCPSite: under uvloop a port another process listens on made
+            # site.start() fail with an AttributeError, which the launcher could not tell
+            # from a crash; bind() raises EADDRINUSE ("Address already in use"), and the
+            # launcher retries on another port.
+            sock = _listening_socket(host, port)
+            site = web.SockSite(self._runner, sock)
             await site.start()
         except OSError:
             await self.stop()
@@ -448,3 +454,18 @@ class SimServer:
             self.streams.discard(st)
             self.abort_unfinished(st)
         return resp
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket (SO_REUSEADDR, as asyncio's create_server sets it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock

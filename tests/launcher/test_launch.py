@@ -125,6 +125,26 @@ def test_port_taken_every_time_gives_up(tmp_path: Path, monkeypatch: pytest.Monk
             launch(fake_config("healthy"), log_dir=tmp_path, simulate=False, port=taken_port)
 
 
+def test_simulator_on_a_taken_port_says_so_and_is_retried(tmp_path: Path) -> None:
+    """Two sessions on one machine race for the same per-worker port range: the simulator
+    must fail with EADDRINUSE (under uvloop aiohttp's own bind failed with an AttributeError
+    the launcher could not recognise), so the launcher moves to the next port."""
+    with _listening_socket() as taken:
+        start = taken.getsockname()[1]
+        cfg = ServerConfig(name="sim", model="sim/qwen-moe")
+        rng = (start, start + 50)
+        real_free_port = launcher.free_port
+        first = iter([start])  # hand out the taken port once, as a racing session would
+        picks = lambda host, r=None: next(first, None) or real_free_port(host, r)  # noqa: E731
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(launcher, "free_port", picks)
+            with launch(cfg, log_dir=tmp_path, simulate=True, port_range=rng) as handle:
+                assert not handle.url.endswith(f":{start}")
+                assert handle.log_path is not None
+                text = handle.log_path.read_text()
+                assert "Address already in use" in text and f"port {start} was taken" in text
+
+
 def test_port_range(tmp_path: Path) -> None:
     with _listening_socket() as taken:
         start = taken.getsockname()[1]
