@@ -151,7 +151,7 @@ def test_bad_ini_tolerance_names_the_ini_file(one: pytest.Pytester) -> None:
         (
             "levls=[1]",
             "test_marker.py::test_marked: @pytest.mark.llmperf: unknown llmperf marker "
-            "argument(s) levls; allowed: adjust, backend, *configs, gates, *levels*",
+            "argument(s) levls; allowed: adjust, backend, *configs, *gates, *levels*",
         ),
     ],
     ids=["tolerance-negative", "tolerance-over-100%", "levels-0", "unknown-argument"],
