@@ -189,6 +189,15 @@ def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     )
     p.add_argument("--output-dir", type=Path, default=Path("llmperf-calibration"))
     p.add_argument("--timeout", type=_positive_float, default=3600.0, help="seconds per run")
+    p.add_argument(
+        "--record",
+        metavar="BASELINE_DIR",
+        type=Path,
+        default=None,
+        help="also write the baselines in BASELINE_DIR from all N runs, each run counted as "
+        "one launch, so every entry carries its measured run-to-run noise (for an attached "
+        "server, which a session cannot relaunch; entries not measured are kept)",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS")
     p.set_defaults(func=cmd_calibrate)
 
@@ -197,6 +206,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_llmperf.base.errors import LLMPerfError
     from pytest_llmperf.run.calibrate import calibrate_suite
     from pytest_llmperf.run.suite import SUITE_FILE_NAME, load_suite
+    from pytest_llmperf.verdicts.baseline import BaselineStore
     from pytest_llmperf.verdicts.calibration import render
 
     pytest_args = list(args.pytest_args)
@@ -205,7 +215,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     try:
         path = args.suite or (Path(SUITE_FILE_NAME) if Path(SUITE_FILE_NAME).is_file() else None)
         suite = load_suite(path) if path is not None else None
-        cal = calibrate_suite(
+        cal, recording = calibrate_suite(
             pytest_args,
             runs=args.runs,
             output_dir=args.output_dir,
@@ -213,11 +223,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             target=args.target,
             timeout_s=args.timeout,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
+            record=BaselineStore(args.record) if args.record is not None else None,
         )
     except LLMPerfError as exc:
         print(f"llmperf calibrate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, ValueError) else EXIT_FAILED
     print(render(cal))
+    if recording is not None:
+        print(recording.render())
     return EXIT_OK
 
 

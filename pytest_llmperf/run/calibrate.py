@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_llmperf.base.errors import LLMPerfError
-from pytest_llmperf.base.results import SweepResult
-from pytest_llmperf.report.results_file import load_run
+from pytest_llmperf.report.results_file import RunFile, load_run
+from pytest_llmperf.run.recording import Recording, git_commit, record_runs
 from pytest_llmperf.run.suite import Suite
+from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.calibration import DEFAULT_TARGET, Calibration, calibrate
 from pytest_llmperf.verdicts.compare import DEFAULT_METRICS, resolve_tolerance
 
@@ -35,8 +36,8 @@ def run_suite(
     *,
     timeout_s: float,
     runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
-) -> list[SweepResult]:
-    """One unchanged run of the suite; its sweeps (from every results file it wrote)."""
+) -> list[RunFile]:
+    """One unchanged run of the suite: every results file it wrote (one per xdist worker)."""
     argv = [sys.executable, "-m", "pytest", *pytest_args, "--llmperf-output-dir", str(out)]
     try:
         done = runner(argv, timeout=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -48,7 +49,7 @@ def run_suite(
     files = sorted(out.glob("results*.json"))
     if not files:
         raise CalibrateError(f"{' '.join(argv)} wrote no results file in {out}:\n{tail}")
-    return [s for f in files for s in load_run(f).sweeps]
+    return [load_run(f) for f in files]
 
 
 def gate_settings(suite: Suite | None) -> tuple[list[str], dict[str, float], int]:
@@ -71,7 +72,10 @@ def calibrate_suite(
     timeout_s: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
-) -> Calibration:
+    record: BaselineStore | None = None,
+) -> tuple[Calibration, Recording | None]:
+    """Run the suite ``runs`` times; its calibration, and with ``record`` the baselines
+    written from all runs (each run one launch: ``run/recording.py``)."""
     if not 2 <= runs <= MAX_RUNS:
         raise CalibrateError(f"-n/--runs must be between 2 and {MAX_RUNS}, got {runs}")
     metrics, tolerances, repeats = gate_settings(suite)
@@ -81,6 +85,13 @@ def calibrate_suite(
         if progress is not None:
             progress(f"calibration run {i + 1}/{runs} -> {out}")
         results.append(run_suite(pytest_args, out, timeout_s=timeout_s, runner=runner))
-    return calibrate(
-        results, metrics=metrics, tolerances=tolerances, repeats=repeats, target=target
+    cal = calibrate(
+        [[s for f in run for s in f.sweeps] for run in results],
+        metrics=metrics,
+        tolerances=tolerances,
+        repeats=repeats,
+        target=target,
     )
+    if record is None:
+        return cal, None
+    return cal, record_runs(results, record, git_commit=git_commit())

@@ -9,16 +9,13 @@ callbacks for what it collects (JUnit properties, comparisons), as pytest-benchm
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Literal
 
-from pytest_llmperf.base.metric_defs import METRICS
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
-from pytest_llmperf.report.tables import junit_properties, redact_args
+from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run.adjust import (
     baseline_residuals,
     can_adjust,
@@ -27,6 +24,7 @@ from pytest_llmperf.run.adjust import (
     launch_noise,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.run.recording import RECORDED_METRICS, git_commit, provenance
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
     SWEEP_LEVEL,
@@ -54,37 +52,9 @@ from pytest_llmperf.verdicts.crossover import (
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 
-# Recorded in every new baseline entry (those measured: goodput only with an SLO); only
-# ``metrics`` (or compare's defaults) are gated.
-RECORDED_METRICS: tuple[str, ...] = tuple(
-    m for m in METRICS if m not in ("crossover_concurrency", "max_concurrency_within_slo")
-)
-
-
-@cache
-def git_commit() -> str | None:
-    """The checkout's commit, for baseline provenance (None outside git)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
 
 def _provenance(run: PerfRun, config: str) -> Provenance:
-    facts = run.facts(config)
-    if facts is None:
-        return Provenance(git_commit=git_commit())
-    return Provenance(
-        sglang_version=facts.version,
-        server_args=redact_args(dict(facts.server_args)),
-        model_path=facts.model_path,
-        sim_profile=facts.sim_profile,
-        gpu=None if facts.mode == "simulated" else run.hardware_for(config),
-        git_commit=git_commit(),
-    )
+    return provenance(run.facts(config), run.hardware_for(config), git_commit())
 
 
 WarningKind = Literal["stale", "inconclusive"]

@@ -141,6 +141,10 @@ class PerfRun:
     # of the current launch's speed (``measure(fresh_launch=True)``); "never": reuse it.
     relaunch: str = "never"
     _launches: int = 0
+    # Launch ids carry the session's token, so samples of two sessions never look like one
+    # launch when their results are merged (``llmperf calibrate --record``): an attached
+    # server is one launch per session, its session-to-session noise the one it has.
+    _session: str = field(default_factory=lambda: secrets.token_hex(3), repr=False)
     _states: dict[str, _ConfigState] = field(default_factory=dict, repr=False)
     _samples: dict[tuple[str, Workload, int], list[LevelResult]] = field(
         default_factory=dict, repr=False
@@ -303,7 +307,8 @@ class PerfRun:
                 raise PointError(state.error) from None
             state.handle = handle
             self._launches += 1
-            state.launch_id = f"{config}#{self._launches}" if mode != "attached" else config
+            where = f"#{self._launches}" if mode != "attached" else ""
+            state.launch_id = f"{config}{where}@{self._session}"
             state.facts = self._probe(handle, mode)
             if handle.kind is not None and handle.kind.cache_reset_route is None:
                 state.prompt_base = fresh_prompt_base()
