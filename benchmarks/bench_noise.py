@@ -13,8 +13,10 @@ the unchanged runs the run-to-run CV of each judged metric per point: bench_serv
 number (before), the steady-state window's (after), and the launch-adjusted residual.
 
 ``--mode attach --url URL``: a one-server suite attached to a real OpenAI-compatible engine
-(e.g. llama.cpp's llama-server), levels 1,4,16, 128 in / 64 out: one recording, RUNS unchanged
-runs, and the same CV table (no injected drop: the engine's own run-to-run noise).
+(e.g. llama.cpp's llama-server), levels 1,4,16, 128 in / 64 out: one recording (one
+``--llmperf-update`` session, or ``--record-runs K``: ``llmperf calibrate -n K --record``),
+RUNS unchanged runs (runs with any failed test), and the same CV table (no injected drop: the
+engine's own run-to-run noise).
 
 ``--mode ab``: a suite of two servers "old" and "new" (the same simulated server) with
 ``[[compare]] candidate = "new" reference = "old" rounds = ROUNDS adjust = ADJUST``; the drop is
@@ -186,6 +188,13 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="extra pytest flags for every run")
     ap.add_argument("--verbose", action="store_true", help="print the end of failing runs")
     ap.add_argument("--cases", default="unchanged,25,10", help="which cases to run")
+    ap.add_argument(
+        "--record-runs",
+        type=int,
+        default=0,
+        help="--mode attach: record the baseline with `llmperf calibrate -n K --record` "
+        "(each run one launch) instead of one --llmperf-update session",
+    )
     args = ap.parse_args()
     extra = args.extra.split()
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,15 +207,40 @@ def main() -> None:
                 "def test_sweep(llmperf_point):\n    llmperf_point.assert_baseline()\n"
             )
             extra += [f"--llmperf-url=engine={args.url}"]
-            rec = pytest_run(target, base, Path(tmp) / "rec", "", update=True, extra=extra)
-            print(
-                f"baseline recorded in {rec['s']:.0f} s (failed while recording: {rec['failed']})"
-            )
+            if args.record_runs:
+                t0 = time.monotonic()
+                cal = [
+                    sys.executable, "-m", "pytest_llmperf.cli",
+                    "calibrate", "-n", str(args.record_runs), "--record", str(base),
+                    "--output-dir", str(Path(tmp) / "cal"), "--suite", "llmperf.toml", "--",
+                    str(target), "-q", "-p", "no:cacheprovider",
+                    "--llmperf-baseline-dir", str(base), *extra,
+                ]  # fmt: skip
+                done = subprocess.run(
+                    cal, capture_output=True, text=True, timeout=3600, check=False, cwd=target
+                )
+                print(done.stdout[-3000:], done.stderr[-1500:] if done.returncode else "")
+                print(
+                    f"baseline recorded by `llmperf calibrate -n {args.record_runs} --record` in "
+                    f"{time.monotonic() - t0:.0f} s (exit {done.returncode})"
+                )
+            else:
+                rec = pytest_run(target, base, Path(tmp) / "rec", "", update=True, extra=extra)
+                print(f"baseline recorded in {rec['s']:.0f} s (failed: {rec['failed']})")
             results = []
+            any_fail = incon = 0
             for i in range(args.runs):
                 r = pytest_run(target, base, Path(tmp) / f"run{i}", "", update=False, extra=extra)
                 results.append(r["results"])
+                any_fail += bool(r["failed"])
+                incon += r["inconclusive"] > 0
                 print(f"  run {i + 1}: {r['s']:.0f} s, failed {r['failed']}", flush=True)
+                if args.verbose and r["failed"]:
+                    print(r["tail"], flush=True)
+            print(
+                f"unchanged against the attached engine: {args.runs} runs, any failed test "
+                f"{any_fail}, runs with an inconclusive verdict {incon}"
+            )
             cv_report(results, levels=(1, 4, 16))
             return
         if args.mode == "ab":
