@@ -57,6 +57,13 @@ def _provenance(run: PerfRun, config: str) -> Provenance:
     return provenance(run.facts(config), run.hardware_for(config), git_commit())
 
 
+def _needs_launches(pc: PointComparison) -> bool:
+    """Every inconclusive metric is unresolvable: its measured launch-to-launch noise alone
+    puts the margin above the tolerance, which only more launches can narrow."""
+    open_ = [m.decision for m in pc.metrics if m.decision.outcome == "inconclusive"]
+    return bool(open_) and all(not d.resolved for d in open_)
+
+
 WarningKind = Literal["stale", "inconclusive"]
 Properties = Callable[[list[tuple[str, str]]], None]
 
@@ -172,6 +179,8 @@ class PointCheck:
         for _ in range(self.max_reruns):
             if pc.verdict != Verdict.INCONCLUSIVE or self.update:
                 break
+            if not self.run.can_relaunch(self.config) and _needs_launches(pc):
+                break  # more samples of this launch cannot narrow a launch-noise margin
             try:
                 # A re-run on the same launch shares its speed and proves little: relaunch.
                 if self.adjusting:
