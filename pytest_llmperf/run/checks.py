@@ -160,7 +160,8 @@ class PointCheck:
         )
 
     def compare(self) -> PointComparison:
-        """Compare with the baseline, re-measuring an inconclusive point up to ``max_reruns``."""
+        """Compare with the baseline, re-measuring an inconclusive point up to ``max_reruns``
+        times (a failing one once, to confirm it), in fresh launches where it can."""
         entry = self.store.get(self.key)
 
         def judge() -> PointComparison:
@@ -176,10 +177,13 @@ class PointCheck:
             )
 
         pc = judge()
-        for _ in range(self.max_reruns):
-            if pc.verdict != Verdict.INCONCLUSIVE or self.update:
+        for rerun in range(self.max_reruns):
+            # A failure is confirmed once before it fails the test: a stall or a neighbour's
+            # burst hits one measurement, a regression every one (judged on all samples).
+            confirm = pc.verdict == Verdict.FAIL and rerun == 0
+            if self.update or (pc.verdict != Verdict.INCONCLUSIVE and not confirm):
                 break
-            if not self.run.can_relaunch(self.config) and _needs_launches(pc):
+            if not confirm and not self.run.can_relaunch(self.config) and _needs_launches(pc):
                 break  # more samples of this launch cannot narrow a launch-noise margin
             try:
                 # A re-run on the same launch shares its speed and proves little: relaunch.

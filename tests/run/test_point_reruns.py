@@ -127,3 +127,22 @@ def test_an_attached_server_is_remeasured_when_more_samples_can_settle_it(
     check.judge()
     assert [lv.launch for lv in run.got] == ["engine#1", "engine#1"]
     assert check.comparison is not None and check.comparison.verdict == Verdict.PASS
+
+
+def test_a_failure_is_confirmed_in_a_fresh_launch_before_it_fails(tmp_path: Path) -> None:
+    # One sample 30 % low (a stall, a neighbour's burst), then two on target: not a failure.
+    store = _baseline(tmp_path, [980.0, 1000.0, 1020.0])
+    run = ScriptedRun([700.0, 1000.0, 1000.0], relaunch=True)
+    check = _check(run, store)
+    outcome = check.judge()
+    assert outcome.kind == "pass"
+    assert [lv.launch for lv in run.got] == ["engine#1", "engine#2", "engine#3"]
+
+
+def test_a_persistent_regression_fails_after_its_confirmation(tmp_path: Path) -> None:
+    store = _baseline(tmp_path, [980.0, 1000.0, 1020.0])
+    run = ScriptedRun([700.0, 705.0, 1000.0], relaunch=True)
+    check = _check(run, store)
+    outcome = check.judge()
+    assert outcome.kind == "fail" and "mean of 2" in outcome.message
+    assert [lv.launch for lv in run.got] == ["engine#1", "engine#2"]
