@@ -49,13 +49,18 @@ PROBE_TIMEOUT_S = 30.0
 
 
 def fresh_prompt_base() -> int:
-    """A random first ordinal, so an earlier run's prompts are unlikely to come back: two runs
-    of n prompts each overlap with odds of about 2n / 27000 (under 1 % for n = 100), and only
-    where their ordinal ranges meet."""
+    """A random first ordinal, so an earlier run's prompts are unlikely to come back to a
+    server that keeps them (llama.cpp's host-memory prompt cache holds thousands): two runs of
+    n prompts each repeat prompts with odds of about 2n / PROMPT_ORDINALS (1 in 9000 for
+    n = 50), where 27000 ordinals made that 1 in 270 a pair and a long-lived server met it
+    within a few dozen runs. A prompt past ordinal 29000 shares its first token with an
+    earlier one and differs from the second on (llama.cpp, vLLM's 16-token blocks: no hit)."""
     return secrets.randbelow(PROMPT_ORDINALS)
 
 
-PROMPT_ORDINALS = 27000  # ordinals below 29000 have distinct first tokens (core/workload.py)
+# Chat prompts carry their ordinal as 6 digits (core/workload.py): distinct below 10**6, so the
+# base leaves room for a long run after it.
+PROMPT_ORDINALS = 900_000
 
 
 class PointError(LLMPerfError, RuntimeError):

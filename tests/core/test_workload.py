@@ -83,3 +83,22 @@ def test_warmup_prompt_differs_per_start_and_from_level_prompts() -> None:
     w0, w1 = warmup_prompt(w, 0), warmup_prompt(w, 40)
     assert isinstance(w0, list) and isinstance(w1, list) and w0[:1] != w1[:1]
     assert w0[0] >= TOKEN_ID_HIGH and w1[0] >= TOKEN_ID_HIGH
+
+
+def test_every_ordinal_a_fresh_base_can_reach_is_a_distinct_prompt() -> None:
+    """perfrun.fresh_prompt_base draws from PROMPT_ORDINALS for servers that keep every
+    prompt: ordinals up to there (plus a long run) must be distinct prompts, as ids (by their
+    first two tokens) and as sized chat text (by their digits)."""
+    import random
+
+    from pytest_llmperf.core.workload import chat_prompt
+    from pytest_llmperf.run.perfrun import PROMPT_ORDINALS
+
+    top = PROMPT_ORDINALS + 20_000
+    span = TOKEN_ID_HIGH - TOKEN_ID_LOW
+    # every residue class of the first token, with ordinals from all over the range
+    picks = random.Random(5).sample(range(top), 3000) + [k * span + 7 for k in range(top // span)]
+    heads = {tuple(prompt_ids(k, 2)) for k in picks}
+    assert len(heads) == len(set(picks))
+    assert len({chat_prompt(k, 1) for k in picks}) == len(set(picks))
+    assert top <= 10**6  # six digits tell chat prompts apart
