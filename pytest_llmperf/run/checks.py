@@ -17,14 +17,13 @@ from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
 from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run.adjust import (
-    baseline_residuals,
     can_adjust,
     current_residuals,
     entry_lookup,
     launch_noise,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.recording import RECORDED_METRICS, git_commit, provenance
+from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
     SWEEP_LEVEL,
@@ -32,7 +31,6 @@ from pytest_llmperf.verdicts.baseline import (
     BaselineStore,
     EntryKey,
     Provenance,
-    entry_from_levels,
     summarize,
 )
 from pytest_llmperf.verdicts.compare import (
@@ -241,23 +239,14 @@ class PointCheck:
 
     def _record(self) -> None:
         facts = self.run.facts(self.config)
-        entry = entry_from_levels(
+        entry = recorded_entry(
             self.samples,
-            RECORDED_METRICS,
-            sglang_version=facts.version if facts else None,
+            self.run.by_launch(self.config, self.workload) if self.adjusting else None,
+            self.concurrency,
+            self.store.get(self.key),
+            version=facts.version if facts else None,
             git_commit=git_commit(),
         )
-        if self.adjusting:
-            by = self.run.by_launch(self.config, self.workload)
-            res = baseline_residuals(by, self.concurrency, list(entry.metrics))
-            metrics = {
-                k: m.model_copy(update={"launch_residual": res.get(k)})
-                for k, m in entry.metrics.items()
-            }
-            entry = entry.model_copy(update={"metrics": metrics})
-        old = self.store.get(self.key)
-        if old is not None and old.tolerance is not None:
-            entry = entry.model_copy(update={"tolerance": old.tolerance})  # hand-set, keep it
         self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
 
 

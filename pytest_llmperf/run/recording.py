@@ -25,10 +25,18 @@ from pytest_llmperf.report.results_file import RunFile
 from pytest_llmperf.report.tables import redact_args
 from pytest_llmperf.run.adjust import baseline_residuals, can_adjust
 from pytest_llmperf.verdicts.baseline import BaselineStore, FlushReport, entry_from_levels
-from pytest_llmperf.verdicts.baseline_file import EntryKey, Provenance
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance
+from pytest_llmperf.verdicts.launch_adjust import Launches
 from pytest_llmperf.verdicts.validity import check_level
 
-__all__ = ["RECORDED_METRICS", "Recording", "git_commit", "provenance", "record_runs"]
+__all__ = [
+    "RECORDED_METRICS",
+    "Recording",
+    "git_commit",
+    "provenance",
+    "record_runs",
+    "recorded_entry",
+]
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
 # ``metrics`` (or compare's defaults) are gated.
@@ -61,6 +69,32 @@ def provenance(facts: ServerFacts | None, hardware: str, git_commit: str | None)
         gpu=None if facts.mode == "simulated" else hardware,
         git_commit=git_commit,
     )
+
+
+def recorded_entry(
+    samples: Sequence[LevelResult],
+    by_launch: Launches | None,
+    concurrency: int,
+    old: BaselineEntry | None,
+    *,
+    version: str | None,
+    git_commit: str | None,
+) -> BaselineEntry:
+    """The entry a recording writes for one point: every recorded metric of ``samples``, the
+    launch residuals over ``by_launch`` when given, and the old entry's hand-set tolerance."""
+    entry = entry_from_levels(
+        samples, RECORDED_METRICS, sglang_version=version, git_commit=git_commit
+    )
+    if by_launch is not None:
+        res = baseline_residuals(by_launch, concurrency, list(entry.metrics))
+        metrics = {
+            k: m.model_copy(update={"launch_residual": res.get(k)})
+            for k, m in entry.metrics.items()
+        }
+        entry = entry.model_copy(update={"metrics": metrics})
+    if old is not None and old.tolerance is not None:
+        entry = entry.model_copy(update={"tolerance": old.tolerance})  # hand-set, keep it
+    return entry
 
 
 @dataclass
@@ -117,18 +151,16 @@ def record_runs(
             if not samples:
                 skipped.append(f"{config} {wl} C={c}: no valid sample in {len(runs)} runs")
                 continue
-            entry = entry_from_levels(samples, RECORDED_METRICS, git_commit=git_commit)
-            if can_adjust(levels, c):  # harmless unless a later run adjusts
-                res = baseline_residuals(by_launch, c, list(entry.metrics))
-                metrics = {
-                    k: m.model_copy(update={"launch_residual": res.get(k)})
-                    for k, m in entry.metrics.items()
-                }
-                entry = entry.model_copy(update={"metrics": metrics})
-            old = store.get(key)
-            if old is not None and old.tolerance is not None:
-                entry = entry.model_copy(update={"tolerance": old.tolerance})  # hand-set
-            store.queue_update(key, entry, provenance(facts[(hw, config, wl)], hw, git_commit))
+            server = facts[(hw, config, wl)]
+            entry = recorded_entry(
+                samples,
+                by_launch if can_adjust(levels, c) else None,  # harmless unless a run adjusts
+                c,
+                store.get(key),
+                version=server.version,
+                git_commit=git_commit,
+            )
+            store.queue_update(key, entry, provenance(server, hw, git_commit))
     recording = Recording(flushed=store.flush(delete_unused=False), skipped=skipped)
     for key in recording.flushed.created + recording.flushed.updated:
         written = store.get(key, mark_used=False)
