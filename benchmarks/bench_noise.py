@@ -21,9 +21,15 @@ engine's own run-to-run noise).
 ``--mode ab``: a suite of two servers "old" and "new" (the same simulated server) with
 ``[[compare]] candidate = "new" reference = "old" rounds = ROUNDS adjust = ADJUST``; the drop is
 in "new". Printed: runs with any failure, runs where exactly ``test_ab[new-vs-old-C64]`` failed.
+With ``--llama BINARY`` the two servers are real llama-servers launched from their ``command``
+(levels 1,4,16, 128 in / 64 out, 16 slots each); cases ``unchanged`` (the same command) and
+``cap`` ("new" gets ``-np 4``: four slots, like SGLang capping ``max_running_requests``, so it
+can only lose at C=16; printed: runs where exactly ``test_ab[new-vs-old-C16]`` failed).
 
     python benchmarks/bench_noise.py --runs 20 --extra "--llmperf-adjust launch"
     python benchmarks/bench_noise.py --mode ab --runs 20 --rounds 6
+    python benchmarks/bench_noise.py --mode ab --cases unchanged,cap --runs 5 --rounds 4 \
+        --llama ~/.cache/llmperf-peers/llama.cpp/build/bin/llama-server
 """
 
 from __future__ import annotations
@@ -75,6 +81,38 @@ reference = "old"
 rounds = {rounds}
 adjust = "{adjust}"
 """
+LLAMA_AB_SUITE = """
+[[server]]
+name = "old"
+model = "small"
+command = {old}
+launch_timeout_s = 120
+
+[[server]]
+name = "new"
+model = "small"
+command = {new}
+launch_timeout_s = 120
+
+[sweep]
+levels = [1, 4, 16]
+input_len = 128
+output_len = 64
+backend = "openai"
+
+[[compare]]
+candidate = "new"
+reference = "old"
+rounds = {rounds}
+adjust = "{adjust}"
+"""
+
+
+def llama_command(binary: str, model: str, slots: int) -> str:
+    """A llama-server argv as a TOML array (placeholders filled in by the launcher)."""
+    argv = [binary, "-m", model, "-a", "{model}", "--host", "{host}", "--port", "{port}"]
+    argv += ["-np", str(slots), "-c", str(512 * slots), "-t", "1", "--no-webui", "--metrics"]
+    return json.dumps(argv)
 
 
 def pytest_run(
@@ -188,6 +226,11 @@ def main() -> None:
     ap.add_argument("--extra", default="", help="extra pytest flags for every run")
     ap.add_argument("--verbose", action="store_true", help="print the end of failing runs")
     ap.add_argument("--cases", default="unchanged,25,10", help="which cases to run")
+    ap.add_argument("--llama", help="--mode ab: a llama-server binary (real engines, not the sim)")
+    ap.add_argument(
+        "--llama-model",
+        default=str(Path("~/.cache/llmperf-peers/models/small-llama.gguf").expanduser()),
+    )
     ap.add_argument(
         "--record-runs",
         type=int,
@@ -250,6 +293,9 @@ def main() -> None:
             (target / "llmperf.toml").write_text(suite)
             (target / "test_ab.py").write_text("def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
             who, wanted = "new", "test_ab[new-vs-old-C64]"
+            if args.llama:
+                llama_ab(args, target)
+                return
         else:
             target, who, wanted = ROOT / "perf_tests", "plain", "test_sweep[plain-C64]"
             for attempt in range(3):  # a recording with failures is retried (they are shown)
@@ -293,6 +339,43 @@ def main() -> None:
             )
             if label == "unchanged" and args.mode == "suite":
                 cv_report(results)
+
+
+def llama_ab(args: argparse.Namespace, target: Path) -> None:
+    """A/B of two real llama-servers: unchanged, and "new" capped to 4 slots (loses at C=16)."""
+    wanted = "test_ab[new-vs-old-C16]"
+    for label in args.cases.split(","):
+        slots = {"unchanged": 16, "cap": 4}[label]
+        (target / "llmperf.toml").write_text(
+            LLAMA_AB_SUITE.format(
+                old=llama_command(args.llama, args.llama_model, 16),
+                new=llama_command(args.llama, args.llama_model, slots),
+                rounds=args.rounds,
+                adjust=args.adjust,
+            )
+        )
+        any_fail = exact = incon = 0
+        secs = 0.0
+        for i in range(args.runs):
+            out = target.parent / f"{label}{i}"
+            r = pytest_run(target, target.parent / "baselines", out, "", update=False, extra=[])
+            any_fail += bool(r["failed"])
+            exact += r["failed"] == [wanted]
+            incon += r["inconclusive"] > 0
+            secs += r["s"]
+            print(f"  {label} run {i + 1}: {r['s']:.0f} s, failed {r['failed']}", flush=True)
+            ab_file = out / "ab.json"
+            if not ab_file.exists():
+                print(r["tail"][-2500:], flush=True)
+                continue
+            for point in json.loads(ab_file.read_text())["points"]:
+                print(f"    {point['verdict']}: {point['message']}", flush=True)
+        print(
+            f"llama-server A/B {label} ({args.rounds} rounds, adjust {args.adjust}): {args.runs} "
+            f"runs ({secs / args.runs:.0f} s each): any failed test {any_fail}, exactly {wanted} "
+            f"failed {exact}, runs with an inconclusive verdict {incon}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -326,8 +326,10 @@ def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:
     levels = llm.effective(suite, marker, "levels", where)
     workload = llm.workload(suite, marker, where, spec.reference)
     return ABCheck(
-        ab=ab_run(llm, param, workload, levels),
+        ab=ab_run(llm, param, workload, levels, llm.validity_policy(suite, marker, where)),
         concurrency=param.concurrency,
+        invalid_policy=llm.settings["invalid"],
         on_result=llm.ab_points.append,
+        on_invalid=llm.invalid.append,
         on_properties=_properties(request),
     )

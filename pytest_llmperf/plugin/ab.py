@@ -17,10 +17,15 @@ from pytest_llmperf.run.ab import ABRun
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import Workload
     from pytest_llmperf.plugin.session import LLMPerfSession
+    from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 
 def ab_run(
-    llm: LLMPerfSession, param: ABParam, workload: Workload, levels: tuple[int, ...]
+    llm: LLMPerfSession,
+    param: ABParam,
+    workload: Workload,
+    levels: tuple[int, ...],
+    policy: ValidityPolicy | None = None,
 ) -> ABRun:
     """The A/B rounds of one ``[[compare]]``, shared by the tests of its levels."""
     suite = llm.suites[param.suite_path]
@@ -28,7 +33,7 @@ def ab_run(
     levels = tuple(spec.levels or levels)
     key = (param.suite_path, param.index, workload, levels)
     if key not in llm.ab_runs:
-        llm.ab_runs[key] = ABRun(spec, levels, workload, llm.perf_run(suite))
+        llm.ab_runs[key] = ABRun(spec, levels, workload, llm.perf_run(suite), policy=policy)
     return llm.ab_runs[key]
 
 

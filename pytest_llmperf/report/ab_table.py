@@ -30,8 +30,9 @@ class ABPoint(BaseModel):
     concurrency: int
     rounds: int
     order: list[list[str]]
-    candidate_values: list[float]
-    reference_values: list[float]
+    # per round; None where that round's level was invalid (left out of the pairs)
+    candidate_values: list[float | None]
+    reference_values: list[float | None]
     change: float
     ci_low: float
     ci_high: float
@@ -55,6 +56,11 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
+def _mean(values: Sequence[float | None]) -> str:
+    valid = [v for v in values if v is not None]
+    return f"{statistics.fmean(valid):.1f}" if valid else "-"
+
+
 def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
     rows = []
     for p in sorted(points, key=lambda p: (p.compare, p.concurrency)):
@@ -63,8 +69,8 @@ def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
                 p.compare,
                 str(p.concurrency),
                 str(p.rounds),
-                f"{statistics.fmean(p.reference_values):.1f}",
-                f"{statistics.fmean(p.candidate_values):.1f}",
+                _mean(p.reference_values),
+                _mean(p.candidate_values),
                 _pct(p.change),
                 f"{_pct(p.ci_low)} \u2026 {_pct(p.ci_high)}",
                 f"{p.verdict}{' (launch-adjusted)' if p.adjust == 'launch' else ''}",

@@ -8,10 +8,17 @@ Relaunching per round is what makes the rounds independent samples of per-launch
 the two launches of a round cancels slow drift of the machine. ``verdicts/paired.py`` judges
 each level on the paired log-ratios. All levels of a compare are measured once, on the first
 check that asks, and shared by the checks of the other levels.
+
+An invalid level (``verdicts/validity.py``: failed requests, a starved load generator, prompts
+served from cache ...) is not a sample of the server's speed, so it never decides a verdict: it
+is measured once more on the same launch, and if still invalid that round is left out of the
+level's pairs (and, with ``adjust = "launch"``, out of the round's launch factor when fewer
+than three levels remain). A level with fewer than two valid pairs is INVALID, with the reasons.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +30,7 @@ from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import CompareSpec
 from pytest_llmperf.verdicts.paired import PairedResult, judge_paired, remove_launch_factor
+from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 
 class ABError(LLMPerfError, RuntimeError):
@@ -51,8 +59,11 @@ class ABRun:
     levels: tuple[int, ...]
     workload: Workload
     run: PerfRun
-    # config -> C -> the metric per round (paired by position)
+    policy: ValidityPolicy | None = None  # validity thresholds from the settings
+    # config -> C -> the metric per round (paired by position); NaN: invalid in that round
     values: dict[str, dict[int, list[float]]] = field(default_factory=dict)
+    # (config, C) -> "round r: reasons" for each round whose level stayed invalid
+    invalid: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     orders: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
     measured: bool = False
@@ -71,9 +82,7 @@ class ABRun:
                 for config in order:
                     self.run.stop(config)  # a fresh launch per round: independent launch noise
                     for c in self.levels:
-                        level = self.run.measure(config, self.workload, c, keep=False)
-                        where = f"compare {spec.label}: {config} at C={c}, round {r + 1}"
-                        value = metric_of(level, spec.metric, where)
+                        value = self._value(config, c, r)
                         self.values.setdefault(config, {}).setdefault(c, []).append(value)
                     self.run.stop(config)
         except (PointError, ABError) as exc:
@@ -81,17 +90,38 @@ class ABRun:
             raise ABError(self.error) from None
         self.measured = True
 
+    def _value(self, config: str, c: int, r: int) -> float:
+        """The metric of one valid measurement of the level on this launch, else NaN."""
+        where = f"compare {self.spec.label}: {config} at C={c}, round {r + 1}"
+        reasons: list[str] = []
+        for _ in range(2):  # an invalid level is measured once more, with fresh prompts
+            level = self.run.measure(config, self.workload, c, keep=False)
+            reasons = check_level(level, self.workload, self.policy)
+            if not reasons:
+                return metric_of(level, self.spec.metric, where)
+        self.invalid.setdefault((config, c), []).append(f"round {r + 1}: " + "; ".join(reasons))
+        return math.nan
+
     def log_ratios(self) -> dict[int, list[float]]:
-        """ln(candidate / reference) per round, per level (after ``adjust``)."""
+        """ln(candidate / reference) per round, per level (after ``adjust``); NaN where a
+        round's pair (or, adjusted, its launch factor) had no valid measurement."""
         cand, ref = self.values[self.spec.candidate], self.values[self.spec.reference]
-        d = {c: [math.log(a / b) for a, b in zip(cand[c], ref[c], strict=True)] for c in cand}
+        d = {
+            c: [
+                math.log(a / b) if math.isfinite(a) and math.isfinite(b) else math.nan
+                for a, b in zip(cand[c], ref[c], strict=True)
+            ]
+            for c in cand
+        }
         return remove_launch_factor(d) if self.spec.adjust == "launch" else d
 
     def result(self, concurrency: int) -> PairedResult:
         self.measure()
         spec = self.spec
-        return judge_paired(
-            self.log_ratios()[concurrency],
+        ratios = self.log_ratios()[concurrency]
+        d = [x for x in ratios if math.isfinite(x)]
+        res = judge_paired(
+            d,
             candidate=spec.candidate,
             reference=spec.reference,
             metric_name=spec.metric,
@@ -100,6 +130,29 @@ class ABRun:
             confidence=spec.confidence,
             adjusted=spec.adjust == "launch",
         )
+        left_out = len(ratios) - len(d)
+        if not left_out:
+            return res
+        why = [
+            f"{config}: {reason}"
+            for config in (spec.reference, spec.candidate)
+            for reason in self.invalid.get((config, concurrency), [])
+        ] or ["other levels of those rounds were invalid, so their launch factor is unknown"]
+        left = f"{left_out} of {len(ratios)} rounds left out as invalid ({'; '.join(why)})"
+        if len(d) < 2:
+            return dataclasses.replace(
+                res,
+                verdict="INVALID",
+                message=(
+                    f"{spec.candidate} vs {spec.reference} at C={concurrency}: {left}; fewer "
+                    "than 2 valid paired rounds remain, so this is not a performance verdict"
+                ),
+            )
+        return dataclasses.replace(res, message=f"{res.message}; {left}")
+
+
+def _or_none(values: list[float]) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values]
 
 
 def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
@@ -112,8 +165,8 @@ def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
         concurrency=c,
         rounds=result.rounds,
         order=[list(o) for o in ab.orders],
-        candidate_values=ab.values[ab.spec.candidate][c],
-        reference_values=ab.values[ab.spec.reference][c],
+        candidate_values=_or_none(ab.values[ab.spec.candidate][c]),
+        reference_values=_or_none(ab.values[ab.spec.reference][c]),
         change=result.change,
         ci_low=result.ci_low,
         ci_high=result.ci_high,
@@ -131,7 +184,9 @@ class ABCheck:
 
     ab: ABRun
     concurrency: int
+    invalid_policy: str = "fail"  # or "skip": what an INVALID point does to the test
     on_result: Callable[[ABPoint], None] | None = None
+    on_invalid: Callable[[str], None] | None = None  # the session's list (summary, bisect 125)
     on_properties: Properties | None = None
     _point: ABPoint | None = None
 
@@ -154,6 +209,14 @@ class ABCheck:
         point = self.evaluate()
         if point.verdict == "FAIL":
             return Outcome.fail(point.message)
+        if point.verdict == "INVALID":
+            if self.on_invalid is not None:
+                self.on_invalid(point.message)
+            if self.invalid_policy == "fail":
+                return Outcome.fail(
+                    f"INVALID measurement (not a performance verdict): {point.message}"
+                )
+            return Outcome("skip", f"llmperf INVALID measurement: {point.message}")
         outcome = Outcome()
         if point.verdict == "INCONCLUSIVE":
             outcome.warnings.append(("inconclusive", point.message))

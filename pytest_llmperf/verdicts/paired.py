@@ -10,7 +10,9 @@ t-based confidence interval (Student's t with ``n - 1`` degrees of freedom, ``n`
 
 * FAIL when the whole CI is worse than the tolerance (a regression beyond it, beyond noise);
 * PASS when the whole CI is better than that (no regression as large as the tolerance);
-* INCONCLUSIVE otherwise (the rounds cannot tell: add rounds).
+* INCONCLUSIVE otherwise (the rounds cannot tell: add rounds);
+* INVALID when fewer than two rounds had a valid measurement on both sides (``run/ab.py``
+  leaves a round whose level is invalid out of that level's pairs: it is not a sample of speed).
 
 Log-ratios make the test scale-free and symmetric (a 2x speed-up and a 2x slow-down are
 ``+-ln 2``); the reported change is ``exp(mean) - 1``, its CI ``exp(bounds) - 1``.
@@ -35,7 +37,7 @@ from scipy import stats as _scipy_stats
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import metric
 
-PairedVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+PairedVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "INVALID"]
 DEFAULT_CONFIDENCE = 0.95
 MIN_LEVELS_FOR_LAUNCH_ADJUST = 3
 
@@ -93,7 +95,9 @@ def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, 
     """Subtract each round's median log-ratio over the levels (see the module docstring).
 
     The median, not the mean, so that a regression at one level does not leak into the others;
-    it needs at least three levels for that (with two, the median is the mean).
+    it needs at least three levels for that (with two, the median is the mean). A NaN (a level
+    measured invalid in that round) stays NaN; a round with fewer than three finite levels
+    cannot be adjusted and becomes NaN at every level.
     """
     levels = sorted(per_level)
     if len(levels) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
@@ -107,7 +111,12 @@ def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, 
     n = rounds.pop()
     out: dict[int, list[float]] = {c: [] for c in levels}
     for r in range(n):
-        center = statistics.median(per_level[c][r] for c in levels)
+        finite = [per_level[c][r] for c in levels if math.isfinite(per_level[c][r])]
+        if len(finite) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
+            for c in levels:
+                out[c].append(math.nan)
+            continue
+        center = statistics.median(finite)
         for c in levels:
             out[c].append(per_level[c][r] - center)
     return out
