@@ -4,6 +4,7 @@ and torn down like SGLang. The llama-server test runs only where the binary is g
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from pytest_llmperf.base.results import Workload
 from pytest_llmperf.launch import launcher
 from pytest_llmperf.launch.launcher import LaunchError, ServerStartError, launch
 from pytest_llmperf.launch.server_config import ServerConfig
+from pytest_llmperf.run.ab import ABRun
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import suite_from_data
 from tests.launcher._helpers import is_alive
@@ -100,3 +102,45 @@ def test_llama_server_via_command(tmp_path: Path) -> None:
     finally:
         run.close()
     assert not is_alive(pid)
+
+
+@pytest.mark.skipif(not LLAMA, reason="set LLMPERF_LLAMA_SERVER to a llama-server binary")
+def test_llama_server_ab_relaunches_both_every_round_and_sees_a_slot_cap(tmp_path: Path) -> None:
+    """Same-job A/B against a real engine: "new" is llama-server with one slot (like SGLang
+    capping max_running_requests), "old" with four; at C=4 the cap serializes the requests."""
+    assert LLAMA is not None
+    if not Path(LLAMA_MODEL).is_file():
+        pytest.fail(f"LLMPERF_LLAMA_SERVER is set but the model {LLAMA_MODEL} does not exist")
+
+    def command(slots: int) -> list[str]:
+        argv = [LLAMA, "-m", LLAMA_MODEL, "-a", "{model}", "--host", "{host}", "--port", "{port}"]
+        return argv + ["-np", str(slots), "-c", str(1024 * slots), "-t", "1", "--no-webui"]
+
+    servers = [
+        {"name": name, "model": "small", "command": command(slots), "launch_timeout_s": 120}
+        for name, slots in (("old", 4), ("new", 1))
+    ]
+    compare = {"candidate": "new", "reference": "old", "rounds": 3}
+    suite = suite_from_data({"server": servers, "compare": [compare]}, source="test")
+    run = PerfRun(suite=suite, output_dir=tmp_path, env=dict(os.environ))
+    wl = Workload(backend="openai", input_len=32, output_len=32, requests_per_level=8)
+    ab = ABRun(suite.compares[0], (1, 4), wl, run)
+    try:
+        ab.measure()
+    finally:
+        run.close()
+    assert launcher.live_servers() == []
+    assert ab.orders == [("old", "new"), ("new", "old"), ("old", "new")]
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert len(logs) == 6, logs  # a fresh launch of each server in every round
+    # No failed request, exact token counts (a busy host may starve the client: that level
+    # is then left out of the pairs, which is what the validity check is for).
+    reasons = [r for rs in ab.invalid.values() for r in rs]
+    assert [r for r in reasons if "load generator" not in r] == []
+    old, new = ab.values["old"][4], ab.values["new"][4]
+    print(f"llama-server A/B at C=4, tok/s per round: old {old}, new {new}; invalid {reasons}")
+    print(ab.result(1).message, ab.result(4).message, sep="\n")
+    # One slot serves four clients one at a time: slower than four slots in every valid round.
+    pairs = [(o, n) for o, n in zip(old, new, strict=True) if math.isfinite(o + n)]
+    assert len(pairs) >= 2 and all(n < o for o, n in pairs), (old, new)
+    assert ab.result(4).change < 0
