@@ -190,6 +190,14 @@ def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--output-dir", type=Path, default=Path("llmperf-calibration"))
     p.add_argument("--timeout", type=_positive_float, default=3600.0, help="seconds per run")
     p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="pause between runs, so they sample a shared box's slow and quiet stretches "
+        "instead of one stretch (default: none)",
+    )
+    p.add_argument(
         "--record",
         metavar="BASELINE_DIR",
         type=Path,
@@ -224,6 +232,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
             record=BaselineStore(args.record) if args.record is not None else None,
+            interval_s=args.interval or 0.0,
         )
     except LLMPerfError as exc:
         print(f"llmperf calibrate: error: {exc}", file=sys.stderr)

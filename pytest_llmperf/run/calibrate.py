@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from pytest_llmperf.verdicts.calibration import DEFAULT_TARGET, Calibration, cal
 from pytest_llmperf.verdicts.compare import DEFAULT_METRICS, resolve_tolerance
 
 MAX_RUNS = 1000
+MAX_INTERVAL_S = 86_400.0  # a pause between runs longer than a day is a typo
 # pytest's exit codes for "tests ran" (0 passed, 1 some failed): other codes mean the run broke.
 _RAN = (0, 1)
 
@@ -73,14 +75,28 @@ def calibrate_suite(
     progress: Callable[[str], None] | None = None,
     runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run,
     record: BaselineStore | None = None,
+    interval_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[Calibration, Recording | None]:
     """Run the suite ``runs`` times; its calibration, and with ``record`` the baselines
-    written from all runs (each run one launch: ``run/recording.py``)."""
+    written from all runs (each run one launch: ``run/recording.py``).
+
+    ``interval_s`` pauses between runs: a shared box's noise is not stationary (quiet
+    stretches, then whole runs 20-30 % slower), so runs taken back to back can all fall in one
+    stretch and under-state the spread the gate will meet."""
     if not 2 <= runs <= MAX_RUNS:
         raise CalibrateError(f"-n/--runs must be between 2 and {MAX_RUNS}, got {runs}")
+    if not 0 <= interval_s <= MAX_INTERVAL_S:
+        raise CalibrateError(
+            f"--interval must be between 0 and {MAX_INTERVAL_S:g} s, got {interval_s:g}"
+        )
     metrics, tolerances, repeats = gate_settings(suite)
     results = []
     for i in range(runs):
+        if i and interval_s:
+            if progress is not None:
+                progress(f"pausing {interval_s:g} s before the next run (--interval)")
+            sleep(interval_s)
         out = output_dir / f"run-{i + 1}"
         if progress is not None:
             progress(f"calibration run {i + 1}/{runs} -> {out}")

@@ -103,6 +103,16 @@ def test_runner_runs_pytest_per_run_in_its_own_dir(tmp_path: Path) -> None:
     assert calls[0][1:5] == ["-m", "pytest", "perf_tests", "-q"]
     assert {p.concurrency for p in cal.points} == {1, 64}
 
+    slept: list[float] = []
+    calls.clear()
+    calibrate_suite(
+        ["t"], runs=3, output_dir=tmp_path / "i", suite=None, timeout_s=30, runner=fake,
+        interval_s=90, sleep=slept.append,
+    )  # fmt: skip
+    assert slept == [90, 90]  # between runs, not before the first or after the last
+    with pytest.raises(CalibrateError, match="--interval must be between 0 and 86400 s"):
+        calibrate_suite(["t"], runs=2, output_dir=tmp_path / "j", suite=None, interval_s=1e6)
+
     def broken(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
         return subprocess.CompletedProcess(argv, 4, b"usage error: bad flag")
 
