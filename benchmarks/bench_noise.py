@@ -143,7 +143,9 @@ def pytest_run(
     results = out / "results.json"
     return {
         "failed": failed,
-        "inconclusive": proc.stdout.count("inconclusive"),
+        # any casing: A/B messages say INCONCLUSIVE, the warnings summary
+        # LLMPerfInconclusiveWarning, baseline points "inconclusive"
+        "inconclusive": proc.stdout.lower().count("inconclusive"),
         "s": time.monotonic() - t0,
         "results": json.loads(results.read_text()) if results.exists() else None,
         "tail": proc.stdout[max(proc.stdout.find("problems:"), len(proc.stdout) - 4000, 0) :],
