@@ -18,10 +18,9 @@ than three levels remain). A level with fewer than two valid pairs is INVALID, w
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import LevelResult, Workload
@@ -140,7 +139,7 @@ class ABRun:
         ] or ["other levels of those rounds were invalid, so their launch factor is unknown"]
         left = f"{left_out} of {len(ratios)} rounds left out as invalid ({'; '.join(why)})"
         if len(d) < 2:
-            return dataclasses.replace(
+            return replace(
                 res,
                 verdict="INVALID",
                 message=(
@@ -148,7 +147,7 @@ class ABRun:
                     "than 2 valid paired rounds remain, so this is not a performance verdict"
                 ),
             )
-        return dataclasses.replace(res, message=f"{res.message}; {left}")
+        return replace(res, message=f"{res.message}; {left}")
 
 
 def _or_none(values: list[float]) -> list[float | None]:

@@ -17,6 +17,7 @@ from pytest_llmperf.report.ab_table import ab_table
 from pytest_llmperf.run.ab import ABCheck, ABRun, ab_point
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import CompareSpec
+from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 from ..verdicts import WORKLOAD, make_level
 
@@ -106,8 +107,6 @@ def test_launch_adjust_leaves_out_a_round_with_too_few_valid_levels() -> None:
 
 @pytest.mark.parametrize("policy_failed", [0, 5])
 def test_the_suites_validity_policy_is_applied(policy_failed: int) -> None:
-    from pytest_llmperf.verdicts.validity import ValidityPolicy
-
     abr, run = ab({("old", 4): [1000.0] * 2, ("new", 4): [BAD, 800, 800]}, rounds=2)
     abr.policy = ValidityPolicy(max_failed=policy_failed)
     abr.measure()
