@@ -59,7 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for s in SETTINGS:
         if s.cli:
             action = "store_true" if s.flag else "store"
-            group.addoption(s.cli_flag, action=action, default=None, dest=s.dest, help=s.help)
+            # argparse %-formats help strings; a bare % ("5%") would crash every `pytest --help`
+            help_text = s.help.replace("%", "%%")
+            group.addoption(s.cli_flag, action=action, default=None, dest=s.dest, help=help_text)
         if s.ini:
             parser.addini(s.ini_key, help=s.help, type="string", default=None)
 
