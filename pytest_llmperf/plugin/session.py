@@ -58,6 +58,18 @@ def usage_error(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"pytest-llmperf: {message}")
 
 
+def _parametrize(
+    metafunc: pytest.Metafunc, fixture: str, params: list[Any], ids: list[str], empty: str
+) -> None:
+    """Parametrize a perf fixture; with nothing to parametrize over, one skipped test that
+    says why (pytest's own empty-set item carries no parameter the plugin could read)."""
+    if params:
+        metafunc.parametrize(fixture, params, ids=ids, indirect=True)
+        return
+    skipped = pytest.param(None, marks=pytest.mark.skip(reason=f"{fixture}: {empty}"))
+    metafunc.parametrize(fixture, [skipped], ids=["none"], indirect=True)
+
+
 @dataclass
 class LLMPerfSession:
     """Per-process run state and the operations on it."""
@@ -201,6 +213,13 @@ class LLMPerfSession:
         assert suite.path is not None
         suite_path = suite.path.resolve()
         marker = marker_kwargs(metafunc.definition)
+        for mark in metafunc.definition.iter_markers("llmperf"):
+            if mark.args:
+                raise usage_error(
+                    f"{where}: @pytest.mark.llmperf takes keywords only, got positional "
+                    f"{', '.join(repr(a) for a in mark.args)} "
+                    '(write e.g. @pytest.mark.llmperf(configs=["plain"], levels=[4]))'
+                )
         try:
             check_marker_keys(marker, f"{where}: @pytest.mark.llmperf")
             for name in sorted(MARKER_KEYS & set(marker)):  # bad values fail here, once per test
@@ -226,7 +245,7 @@ class LLMPerfSession:
             params = [PointParam(c, lv, suite_path) for c in configs for lv in levels]
             count([p.config for p in params])
             ids = [f"{p.config}-C{p.concurrency}" for p in params]
-            metafunc.parametrize(POINT_FIXTURE, params, ids=ids, indirect=True)
+            _parametrize(metafunc, POINT_FIXTURE, params, ids, "no config x level to measure")
         if GATE_FIXTURE in names:
             wanted = marker.get("gates")
             gparams = [
@@ -237,14 +256,23 @@ class LLMPerfSession:
                 if gate.applies(lv)
             ]
             ids = [f"{gate_id(suite.gates[p.gate_index])}-C{p.concurrency}" for p in gparams]
-            metafunc.parametrize(GATE_FIXTURE, gparams, ids=ids, indirect=True)
+            _parametrize(
+                metafunc,
+                GATE_FIXTURE,
+                gparams,
+                ids,
+                f"{suite.path} declares no [[gate]] that applies to levels {list(levels)}"
+                + (f" and is named in gates={wanted}" if wanted else ""),
+            )
         if CROSSOVER_FIXTURE in names:
             cparams = [CrossoverParam(i, suite_path) for i in range(len(suite.crossovers))]
             for cp in cparams:
                 cross = suite.crossovers[cp.index]
                 count([cross.config, cross.reference])
             ids = [suite.crossovers[p.index].label for p in cparams]
-            metafunc.parametrize(CROSSOVER_FIXTURE, cparams, ids=ids, indirect=True)
+            _parametrize(
+                metafunc, CROSSOVER_FIXTURE, cparams, ids, f"{suite.path} has no [[crossover]] entry"
+            )
         if SLO_FIXTURE in names:
             if suite.slo is None:
                 raise usage_error(
@@ -254,7 +282,7 @@ class LLMPerfSession:
             sparams = [SloParam(c, suite_path) for c in configs]
             count([p.config for p in sparams])
             ids = [p.config for p in sparams]
-            metafunc.parametrize(SLO_FIXTURE, sparams, ids=ids, indirect=True)
+            _parametrize(metafunc, SLO_FIXTURE, sparams, ids, "no config to check")
         if AB_FIXTURE in names:  # ab: one test per [[compare]] x level, id new-vs-old-C64
             if not suite.compares:
                 raise usage_error(
@@ -267,7 +295,7 @@ class LLMPerfSession:
                 for lv in (cmp.levels or levels)
             ]
             ids = [f"{suite.compares[p.index].label}-C{p.concurrency}" for p in aparams]
-            metafunc.parametrize(AB_FIXTURE, aparams, ids=ids, indirect=True)
+            _parametrize(metafunc, AB_FIXTURE, aparams, ids, "no [[compare]] level to measure")
 
     def configs_of(self, param: Param) -> list[str]:
         suite = self.suites[param.suite_path]

@@ -211,6 +211,11 @@ def suite_from_data(
         servers = server_configs_from_data({"server": data.get("server", [])}, source=source)
     except ConfigError as exc:
         problems.extend(exc.errors)
+    if not data.get("server"):
+        problems.append(
+            f"{source}: declares no [[server]]; a suite needs at least one "
+            '(e.g. [[server]] name = "plain" model = "Qwen/Qwen3-8B" args = [])'
+        )
     sweep = SweepSection()
     try:
         sweep = SweepSection.model_validate(data.get("sweep", {}))

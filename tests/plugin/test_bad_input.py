@@ -153,8 +153,13 @@ def test_bad_ini_tolerance_names_the_ini_file(one: pytest.Pytester) -> None:
             "test_marker.py::test_marked: @pytest.mark.llmperf: unknown llmperf marker "
             "argument(s) levls; allowed: adjust, backend, *configs, *gates, *levels*",
         ),
+        (
+            '"plain", 4',
+            "test_marker.py::test_marked: @pytest.mark.llmperf takes keywords only, got "
+            "positional 'plain', 4 (write e.g. *",
+        ),
     ],
-    ids=["tolerance-negative", "tolerance-over-100%", "levels-0", "unknown-argument"],
+    ids=["tolerance-negative", "tolerance-over-100%", "levels-0", "unknown-argument", "positional"],
 )
 def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, expected: str) -> None:
     one.makepyfile(
@@ -217,6 +222,14 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
             ONE_SERVER + '\n[[gate]]\nconfig = "mtp"\nreference = "plain"\nfactor = 1.1\n',
             ["{path}: gate[0].config: no server named 'mtp'"],
         ),
+        (
+            "",
+            ["{path}: declares no [[][[]server[]][]]; a suite needs at least one *"],
+        ),
+        (
+            "[sweep]\nlevels = [1]\n",
+            ["{path}: declares no [[][[]server[]][]]; a suite needs at least one *"],
+        ),
     ],
     ids=[
         "name-dotdot-slash",
@@ -227,6 +240,8 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
         "empty-levels",
         "output-len-0",
         "gate-unknown-server",
+        "empty-file",
+        "no-server",
     ],
 )
 def test_bad_suite_file_is_a_collection_error_naming_file_and_field(
@@ -311,3 +326,22 @@ def test_bad_baseline_file_fails_its_test_naming_path_and_field(
     result.stdout.fnmatch_lines([f"baselines: not written: {head}"])
     assert path.read_text() == text  # never overwritten by the run that could not read it
     assert_clean(result)
+
+
+def test_fixture_with_nothing_to_parametrize_is_a_clear_skip(one: pytest.Pytester) -> None:
+    """A test file using a check kind the suite file does not declare (the README's policy
+    demo runs test_gates.py, whose crossover test has no [[crossover]] there)."""
+    one.makepyfile(
+        test_cross="""
+        def test_crossover(llmperf_crossover):
+            llmperf_crossover.assert_baseline()
+        """
+    )
+    result = run(one, "test_cross.py", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        ["*llmperf_crossover: *llmperf.toml has no [[][[]crossover[]][]] entry"]
+    )
+    assert_clean(result)
+    assert_no_servers_left(one.path)
