@@ -271,7 +271,11 @@ class LLMPerfSession:
                 count([cross.config, cross.reference])
             ids = [suite.crossovers[p.index].label for p in cparams]
             _parametrize(
-                metafunc, CROSSOVER_FIXTURE, cparams, ids, f"{suite.path} has no [[crossover]] entry"
+                metafunc,
+                CROSSOVER_FIXTURE,
+                cparams,
+                ids,
+                f"{suite.path} has no [[crossover]] entry",
             )
         if SLO_FIXTURE in names:
             if suite.slo is None:
