@@ -364,6 +364,9 @@ class LLMPerfSession:
         except PointError as exc:  # e.g. --llmperf-require-real without SGLang: launch nothing
             if is_worker:
                 return  # an xdist worker cannot stop the session cleanly: each test reports it
+            if self.settings["bisect"]:  # git bisect run: this commit cannot be measured
+                self.unmeasured["every config"] = str(exc)  # the exit status stays 125
+                pytest.exit(f"pytest-llmperf: {exc} (--llmperf-bisect: exit 125, skip)", 125)
             raise usage_error(str(exc)) from None
 
     # -- the run and the store ---------------------------------------------------------------
@@ -436,7 +439,7 @@ class LLMPerfSession:
         if self.run is not None:
             self.run.close()
             self.sweeps = self.run.all_sweeps()
-            self.unmeasured = self.run.unmeasured()
+            self.unmeasured.update(self.run.unmeasured())
 
     def bisect_status(self, session: pytest.Session) -> int:
         """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did

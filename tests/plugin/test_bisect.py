@@ -44,3 +44,14 @@ def test_server_that_does_not_start_exits_125(one: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*NOT MEASURED: plain:*"])
     assert result.ret == 125
     assert run(one, *ARGS, *broken).ret == 1  # without the flag: an ordinary failure
+
+
+def test_require_real_without_sglang_exits_125(pytester: pytest.Pytester) -> None:
+    """A build where SGLang cannot be found is untestable, not bad (``git bisect run`` skips it)."""
+    pytester.makefile(".toml", llmperf=SUITE)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    # SGLang is not installed in the plugin's own environment (the simulator stands in)
+    result = run(pytester, "--llmperf-bisect", "--llmperf-require-real")
+    result.stdout.fnmatch_lines(["*--llmperf-require-real refuses the simulated server*exit 125*"])
+    assert result.ret == 125
+    assert run(pytester, "--llmperf-require-real").ret == pytest.ExitCode.USAGE_ERROR
