@@ -168,6 +168,39 @@ def accept_length(info: dict[str, Any]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def decode_cuda_graph_max_bs(info: dict[str, Any]) -> int | None:
+    """The largest decode batch the server replays as a CUDA graph; None when graphs are off
+    or the answer does not say.
+
+    Each SGLang release spells it differently, newest first:
+
+    - 0.5.23: ``internal_states[i].decode_cuda_graph_bs``, the batch sizes each DP rank
+      captured (empty when capture is off, as on CPU); else the resolved
+      ``cuda_graph_config.decode`` (``backend`` "disabled" or ``max_bs``). The top-level
+      ``cuda_graph_max_bs_decode`` is only the flag as given (None when auto), so it is not read.
+    - older releases: ``cuda_graph_max_bs``, with ``disable_cuda_graph`` turning capture off.
+    """
+    states = info.get("internal_states")
+    if isinstance(states, list):
+        captured = [s.get("decode_cuda_graph_bs") for s in states if isinstance(s, dict)]
+        lists = [c for c in captured if isinstance(c, list)]
+        if lists and len(lists) == len(captured):
+            # each DP rank runs its own batch against its own graphs: the smallest largest one
+            sizes = [max((b for b in c if isinstance(b, int)), default=0) for c in lists]
+            return min(sizes) or None
+    config = info.get("cuda_graph_config")
+    decode = config.get("decode") if isinstance(config, dict) else None
+    if isinstance(decode, dict):
+        if decode.get("backend") == "disabled":
+            return None
+        bs = decode.get("max_bs")
+        return bs if isinstance(bs, int) and bs > 0 else None
+    if info.get("disable_cuda_graph") is True:
+        return None
+    bs = info.get("cuda_graph_max_bs")
+    return bs if isinstance(bs, int) and not isinstance(bs, bool) and bs > 0 else None
+
+
 def server_facts(
     info: dict[str, Any] | None,
     *,
@@ -192,11 +225,14 @@ def server_facts(
         "mem_fraction_static",
         "context_length",
         "stream_interval",
-        "cuda_graph_max_bs",
         "max_total_num_tokens",
         "sim_profile",
         "sim_cuda_visible_devices",  # which GPUs a simulated server was given (per xdist worker)
     )
+    args = {k: info[k] for k in keep if k in info}
+    graph_bs = decode_cuda_graph_max_bs(info)
+    if graph_bs is not None:  # one key whichever release's spelling it came from
+        args["cuda_graph_max_bs"] = graph_bs
     return ServerFacts(
         mode=mode,
         url=url,
@@ -206,7 +242,7 @@ def server_facts(
         max_running_requests=effective_running_cap(info),
         dp_size=dp if isinstance(dp, int) and dp > 0 else 1,
         sim_profile=info.get("sim_profile"),
-        server_args={k: info[k] for k in keep if k in info},
+        server_args=args,
     )
 
 
@@ -249,7 +285,9 @@ def parse_metrics(text: str) -> dict[str, float]:
                 sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
                 counts[sample.name] = counts.get(sample.name, 0) + 1
     out = {k: v for k, v in sums.items() if k != _ACCEPT}
-    if _ACCEPT in sums:
+    # SGLang exports the accept-length gauge as 0.0 when speculative decoding is off; while
+    # it runs every verify step accepts at least one token, so only >= 1 is a figure.
+    if _ACCEPT in sums and sums[_ACCEPT] / counts[_ACCEPT] >= 1.0:
         out[_ACCEPT] = sums[_ACCEPT] / counts[_ACCEPT]
     return out
 

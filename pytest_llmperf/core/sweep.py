@@ -45,6 +45,7 @@ from pytest_llmperf.core.server_probe import (
     PROBE_TIMEOUT_S,
     MetricsSampler,
     accept_length,
+    decode_cuda_graph_max_bs,
     effective_running_cap,
     flush_cache,
     get_server_info,
@@ -286,8 +287,8 @@ async def _measure_level(
 
 def _server_shape(result: LevelResult, info: dict[str, object]) -> None:
     """What a speculative config's loss may be explained by: graph capture size, DP ranks."""
-    bs, dp = info.get("cuda_graph_max_bs"), info.get("dp_size")
-    result.server_cuda_graph_max_bs = bs if isinstance(bs, int) and bs > 0 else None
+    dp = info.get("dp_size")
+    result.server_cuda_graph_max_bs = decode_cuda_graph_max_bs(info)
     result.server_dp_size = dp if isinstance(dp, int) and dp > 0 else None
     result.speculative = bool(info.get("speculative_algorithm"))
 

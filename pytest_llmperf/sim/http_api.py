@@ -29,6 +29,12 @@ FLUSH_TEXT = (
 )
 
 
+def _captured_bs(max_bs: int) -> list[int]:
+    """Decode batch sizes captured as CUDA graphs up to ``max_bs`` (SGLang's default list
+    steps by 1 to 16, then wider; only its largest entry is read by clients)."""
+    return sorted({*range(1, min(max_bs, 16) + 1), *range(16, max_bs + 1, 8), max_bs} - {0})
+
+
 def _const_eq(a: str, b: str) -> bool:
     return secrets.compare_digest(a.encode(), b.encode())
 
@@ -201,6 +207,13 @@ class SglangApi(GenerationRoutes):
             args["mem_fraction_static"] = m.mem_fraction_static
             args["chunked_prefill_size"] = m.chunked_prefill_size
             args["cuda_graph_max_bs"] = m.cuda_graph_max_bs
+            args["cuda_graph_config"] = {
+                "decode": {
+                    "backend": "full" if m.cuda_graph_enabled else "disabled",
+                    "max_bs": m.cuda_graph_max_bs,
+                    "bs": _captured_bs(m.cuda_graph_max_bs),
+                }
+            }
             spec = m.spec
             if spec is not None:
                 args["speculative_num_steps"] = spec.num_steps
@@ -228,6 +241,7 @@ class SglangApi(GenerationRoutes):
         mem_gb = getattr(getattr(self.server.engine, "model", None), "memory_gb", None)
         if isinstance(mem_gb, dict):
             mem.update({k: v for k, v in mem_gb.items() if k in ("weight", "kvcache", "graph")})
+        m = getattr(self.server.engine, "model", None)
         states = []
         for _ in range(dp):
             state: dict[str, Any] = dict(args)
@@ -236,6 +250,9 @@ class SglangApi(GenerationRoutes):
             state["effective_max_running_requests_per_dp"] = max(
                 1, s.effective_max_running_requests // dp
             )
+            if m is not None:
+                graphs = m.cuda_graph_enabled and m.cuda_graph_max_bs > 0
+                state["decode_cuda_graph_bs"] = _captured_bs(m.cuda_graph_max_bs) if graphs else []
             if self.server.spec_on and s.avg_spec_accept_length is not None:
                 state["avg_spec_accept_length"] = s.avg_spec_accept_length
             states.append(state)

@@ -7,10 +7,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from unittest.mock import ANY
 
 import httpx
 import pytest
 
+from pytest_llmperf.core.server_probe import decode_cuda_graph_max_bs
 from pytest_llmperf.sim.args import parse_args
 from pytest_llmperf.sim.engine import SimEngine
 from pytest_llmperf.sim.http_api import SGLANG_VERSION
@@ -88,6 +90,20 @@ def test_server_info_reports_cuda_graph_max_bs(make_server: MakeServer) -> None:
     s = make_server(engine=engine, cuda_graph_max_bs=24)
     info = httpx.get(s.url + "/server_info").json()
     assert info["cuda_graph_max_bs"] == 24 and info["disable_cuda_graph"] is False
+    # and in SGLang 0.5.23's spelling, which the plugin reads first
+    assert info["cuda_graph_config"]["decode"] == {"backend": "full", "max_bs": 24, "bs": ANY}
+    assert max(info["internal_states"][0]["decode_cuda_graph_bs"]) == 24
+    assert decode_cuda_graph_max_bs(info) == 24
+
+
+def test_server_info_without_graphs_has_no_capture_size(make_server: MakeServer) -> None:
+    from pytest_llmperf.sim.engine import create_engine
+
+    engine, _ = create_engine(parse_args([*profile_args(), "--disable-cuda-graph"]).knobs)
+    info = httpx.get(make_server(engine=engine).url + "/server_info").json()
+    assert info["cuda_graph_config"]["decode"]["backend"] == "disabled"
+    assert info["internal_states"][0]["decode_cuda_graph_bs"] == []
+    assert decode_cuda_graph_max_bs(info) is None
 
 
 # ------------------------------------------------------------------ --sim-accept-scale
