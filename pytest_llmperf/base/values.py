@@ -178,6 +178,12 @@ def parse_secret(text: Any) -> SecretStr:
     value = text.get_secret_value() if isinstance(text, SecretStr) else str(text).strip()
     if not value:
         raise ValueError("must not be empty")
+    bad = sorted({f"U+{ord(c):04X}" for c in value if ord(c) < 0x20 or ord(c) == 0x7F})
+    if bad:  # an HTTP header cannot carry it: every request would fail as "unreachable"
+        raise ValueError(
+            f"contains control character(s) {', '.join(bad)} (a pasted line break?); "
+            "the value itself is not shown"
+        )
     return SecretStr(value)
 
 
