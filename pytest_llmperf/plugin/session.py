@@ -491,7 +491,10 @@ class LLMPerfSession:
         levels = self.effective(
             suite, {}, "levels", "the command line, environment, ini or [sweep]"
         )
-        wl = self.workload(suite, {}, "the command line, environment, ini or [sweep]")
+        # the first server's workload: for an attached server that is not SGLang the backend
+        # it takes (the header said "sglang-..." against llama-server's OpenAI API)
+        first_config = suite.servers[0].name if suite.servers else None
+        wl = self.workload(suite, {}, "the command line, environment, ini or [sweep]", first_config)
         lines.append(
             f"llmperf: levels {','.join(map(str, levels))}; workload {wl.key()} seed={wl.seed}; "
             f"client {client_text(int(s['client_processes']))}; baselines {self.store.directory}"

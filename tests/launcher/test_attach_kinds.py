@@ -97,3 +97,16 @@ def test_wrong_model_is_refused_by_the_fake() -> None:
         )
         assert r.status_code == 404 and "does not exist" in r.text
         assert httpx.get(f"{server.url}/generate", trust_env=False).status_code == 404
+
+
+def test_header_names_the_backend_an_attached_server_takes(pytester: pytest.Pytester) -> None:
+    """A user attaching to vLLM or llama-server without choosing a backend reads the workload
+    the run will use (it said ``sglang-...`` while the openai backend was used)."""
+    pytester.makefile(".toml", llmperf='[[server]]\nname = "v"\nmodel = "small"\n')
+    pytester.makepyfile(test_perf="def test_sweep(llmperf_point):\n    pass\n")
+    with FakeVllm() as server:
+        result = pytester.runpytest_subprocess(
+            "--collect-only", "--llmperf-url", server.url, "-p", "no:randomly", timeout=120
+        )
+    result.stdout.fnmatch_lines(["llmperf: levels *; workload openai-*"])
+    assert "workload sglang-" not in result.stdout.str()
