@@ -35,6 +35,7 @@ from pytest_llmperf.plugin.params import (
 )
 from pytest_llmperf.run.settings import (
     MARKER_KEYS,
+    SETTINGS,
     SETTINGS_BY_NAME,
     SettingError,
     check_marker_keys,
@@ -143,6 +144,34 @@ class LLMPerfSession:
         if value == SETTINGS_BY_NAME[name].default and name in suite_values and not explicit:
             return suite_values[name]
         return value
+
+    def record_command(self, config: pytest.Config, nodeid: str) -> str:
+        """This session's command narrowed to one test, with ``--llmperf-update``: the same
+        URL, levels, lengths and baseline dir (a bare ``pytest ID --llmperf-update`` would
+        record another workload or into another directory). An API key is never written out."""
+        import shlex
+
+        by_flag = {s.cli_flag: s for s in SETTINGS if s.cli}
+        args = [str(a) for a in config.invocation_params.args]
+        kept: list[str] = []
+        i = 0
+        while i < len(args):
+            flag, eq, value = args[i].partition("=")
+            setting = by_flag.get(flag)
+            takes_value = setting is not None and not setting.flag
+            if takes_value and not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            i += 1
+            if setting is None or setting.name in ("update", "rerecord"):
+                continue
+            if not takes_value:
+                kept.append(flag)
+            elif setting.name == "api_key":
+                kept += [flag, '"$LLMPERF_API_KEY"']
+            else:
+                kept += [flag, shlex.quote(value)]
+        return " ".join(["pytest", shlex.quote(nodeid), *kept, "--llmperf-update"])
 
     def validity_policy(self, suite: Suite, marker: dict[str, Any], where: str) -> ValidityPolicy:
         """Validity thresholds (failed requests, length slack, cache hits, client limits)."""

@@ -66,6 +66,11 @@ WarningKind = Literal["stale", "inconclusive"]
 Properties = Callable[[list[tuple[str, str]]], None]
 
 
+def record_hint(record_command: str, nodeid: str) -> str:
+    """The command that records a missing entry: the session's own when the plugin gave it."""
+    return record_command or f"pytest '{nodeid}' --llmperf-update"
+
+
 @dataclass
 class Outcome:
     """What a check concluded, for the plugin to enact: pass, fail or skip, and warnings."""
@@ -109,6 +114,7 @@ class PointCheck:
     invalid_policy: str = "fail"
     policy: ValidityPolicy | None = None  # validity thresholds from the settings
     nodeid: str = ""
+    record_command: str = ""  # the session's own command narrowed to this test, updating
     on_properties: Properties | None = None
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
@@ -227,7 +233,7 @@ class PointCheck:
             return Outcome()
         if pc.verdict == Verdict.MISSING:
             return Outcome.fail(
-                f"{pc.message()}\n  record it: pytest '{self.nodeid}' --llmperf-update"
+                f"{pc.message()}\n  record it: {record_hint(self.record_command, self.nodeid)}"
             )
         if pc.verdict == Verdict.FAIL:
             return Outcome.fail(pc.message())
@@ -324,6 +330,7 @@ class SweepMetricCheck:
     update: bool = False
     rerecord: bool = False
     nodeid: str = ""
+    record_command: str = ""  # the session's own command narrowed to this test, updating
     on_properties: Properties | None = None
     on_result: Callable[[SweepCheckResult], None] | None = None
     policy: ValidityPolicy | None = None
@@ -398,7 +405,7 @@ class SweepMetricCheck:
             self._report(value, base, "missing")
             return Outcome.fail(
                 f"{self.label}: {self.metric_name} C={value} has no baseline; record it: "
-                f"pytest '{self.nodeid}' --llmperf-update"
+                f"{record_hint(self.record_command, self.nodeid)}"
             )
         if value < base:
             self._report(value, base, "fail")

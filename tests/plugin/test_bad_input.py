@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 
@@ -344,4 +345,25 @@ def test_fixture_with_nothing_to_parametrize_is_a_clear_skip(one: pytest.Pyteste
         ["*llmperf_crossover: *llmperf.toml has no [[][[]crossover[]][]] entry"]
     )
     assert_clean(result)
+    assert_no_servers_left(one.path)
+
+
+def test_record_hint_is_the_sessions_command_and_records(one: pytest.Pytester) -> None:
+    """'record it:' keeps the session's flags (levels, lengths, baseline dir), so running it
+    records the entry the failing test looked for; a key given on the command line is not
+    written out."""
+    flags = ["--llmperf-levels", "2", "--llmperf-baseline-dir", "bl", "-p", "no:cacheprovider"]
+    result = run(one, *flags, "--llmperf-api-key=sk-not-shown")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "sk-not-shown" not in out
+    line = next(x for x in out.splitlines() if "record it: " in x)
+    command = line.split("record it: ", 1)[1]
+    assert "--llmperf-levels 2" in command and "--llmperf-baseline-dir bl" in command
+    assert "--llmperf-input-len 64" in command  # from FAST: the session's own lengths
+    assert '--llmperf-api-key "$LLMPERF_API_KEY"' in command
+    argv = shlex.split(command.replace('"$LLMPERF_API_KEY"', "sk-from-env"))
+    assert argv[0] == "pytest" and argv[-1] == "--llmperf-update"
+    one.runpytest_subprocess(*argv[1:], timeout=240).assert_outcomes(passed=1)
+    assert run(one, *flags).ret == pytest.ExitCode.OK  # the recorded entry is the one it needs
     assert_no_servers_left(one.path)
