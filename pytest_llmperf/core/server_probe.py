@@ -25,6 +25,7 @@ from typing import Any, Literal
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend, ServerFacts
 
 # Readiness: the first of these routes that exists decides (SGLang first: its /health can answer
@@ -123,6 +124,10 @@ _ACCEPT = "sglang:spec_accept_length"
 _GEN_THROUGHPUT = "sglang:gen_throughput"
 
 
+class ServerAnswerError(LLMPerfError, RuntimeError):
+    """The server answered a control request with something no SGLang server sends."""
+
+
 async def get_server_info(http: httpx.AsyncClient) -> dict[str, Any] | None:
     """``GET /server_info`` (``/get_server_info`` on older servers); None when neither exists."""
     for path in ("/server_info", "/get_server_info"):
@@ -134,7 +139,15 @@ async def get_server_info(http: httpx.AsyncClient) -> dict[str, Any] | None:
             continue
         if r.status_code != 200:
             return None
-        info = r.json()
+        try:
+            info = r.json()
+        except ValueError:
+            kind = r.headers.get("content-type", "no content type")
+            start = r.text[:60].strip().replace("\n", " ")
+            raise ServerAnswerError(
+                f"GET {r.url} answered 200 with a body that is not JSON ({kind}, starting "
+                f"{start!r}); is a proxy or another service answering at this address?"
+            ) from None
         return info if isinstance(info, dict) else None
     return None
 

@@ -30,7 +30,12 @@ from pytest_llmperf.base.results import (
     Workload,
 )
 from pytest_llmperf.base.values import reveal
-from pytest_llmperf.core.server_probe import ServerKind, get_server_info, server_facts
+from pytest_llmperf.core.server_probe import (
+    ServerAnswerError,
+    ServerKind,
+    get_server_info,
+    server_facts,
+)
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.sweep import Progress, run_in_own_loop, run_level
 from pytest_llmperf.launch import gpus
@@ -314,7 +319,12 @@ class PerfRun:
             self._launches += 1
             where = f"#{self._launches}" if mode != "attached" else ""
             state.launch_id = f"{config}{where}@{self._session}"
-            state.facts = self._probe(handle, mode)
+            try:
+                state.facts = self._probe(handle, mode)
+            except ServerAnswerError as exc:
+                self.stop(config)
+                state.error = f"config {config!r}: {exc}"
+                raise PointError(state.error) from None
             if handle.kind is not None and handle.kind.cache_reset_route is None:
                 state.prompt_base = fresh_prompt_base()
             return handle

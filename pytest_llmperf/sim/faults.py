@@ -17,6 +17,7 @@ FAULT_KINDS: dict[str, bool] = {
     "crash-after-tokens": True,
     "hang-stream-after-tokens": True,
     "http-500": False,
+    "server-info-html": False,
     "cut-stream-after-tokens": True,
     "stream-error-after-tokens": True,
 }
@@ -28,6 +29,7 @@ inject a failure (repeatable):
   crash-after-tokens=N         exit abruptly (code 1) once N output tokens were served
   hang-stream-after-tokens=N   after N tokens all streams stall forever; the process stays up
   http-500                     every /generate and /v1/* request answers HTTP 500
+  server-info-html             /server_info answers 200 with an HTML page (a proxy's error page)
   cut-stream-after-tokens=N    after N tokens, streams are cut (connection closed, no [DONE])
   stream-error-after-tokens=N  after N tokens, streams get 'data: {"error": ...}' then [DONE]"""
 
@@ -39,6 +41,7 @@ class Faults:
     crash_on_start: bool = False
     hang_on_start: bool = False
     http_500: bool = False
+    server_info_html: bool = False
     crash_after_tokens: int | None = None
     hang_stream_after_tokens: int | None = None
     cut_stream_after_tokens: int | None = None

@@ -224,6 +224,10 @@ class SglangApi(GenerationRoutes):
         return args
 
     async def server_info(self, request: web.Request) -> web.Response:
+        if self.server.faults.server_info_html:
+            return web.Response(
+                text="<html><body>502 Bad Gateway</body></html>", content_type="text/html"
+            )
         if request.path == "/get_server_info":
             self.server.log.warning(
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future "

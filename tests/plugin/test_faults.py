@@ -334,3 +334,49 @@ def test_port_taken_between_check_and_bind_is_retried(two: pytest.Pytester, tmp_
     assert (
         sweep["server"]["sim_profile"] == DEFAULT_PROFILE
     )  # measured our simulator, not the impostor
+
+
+def _not_json(result: pytest.RunResult) -> None:
+    result.stdout.fnmatch_lines(
+        ["*server_info answered 200 with a body that is not JSON (text/html*502 Bad Gateway*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert_no_plugin_traceback(result)
+
+
+def test_server_info_that_is_not_json_launched(two: pytest.Pytester) -> None:
+    """A proxy's error page where /server_info should be: that config's tests fail in one
+    sentence naming the URL and what came back; the other config is measured."""
+    result = run(two, "--llmperf-sim-args", "plain: --sim-fault server-info-html")
+    _not_json(result)
+    result.assert_outcomes(errors=2, failed=2)  # plain not measured; mtp measured, no baseline
+    result.stdout.fnmatch_lines(["NOT MEASURED: plain: *not JSON*", "*mtp-C4*no baseline*"])
+
+
+def test_server_info_that_is_not_json_attached(two: pytest.Pytester) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "pytest_llmperf.sim", "--model-path", "sim/qwen-moe"]
+    cmd += ["--port", str(port), "--sim-fault", "server-info-html"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            proc.wait(timeout=0.1) if proc.poll() is not None else time.sleep(0.1)
+        result = run(two, "--llmperf-url", f"http://127.0.0.1:{port}", "-k", "plain")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    _not_json(result)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
