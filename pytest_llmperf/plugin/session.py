@@ -599,9 +599,9 @@ class LLMPerfSession:
         """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""
         from pytest_llmperf.report.plots import PlotsUnavailable, plot_all
         from pytest_llmperf.verdicts.baseline import EntryKey
-        from pytest_llmperf.verdicts.compare import resolve_tolerance
+        from pytest_llmperf.verdicts.compare import Verdict, resolve_tolerance
 
-        bands: dict[str, dict[int, tuple[float, float]]] = {}
+        bands: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
         for sweep in self.sweeps:
             for lv in sweep.levels:
                 key = EntryKey(
@@ -614,7 +614,13 @@ class LLMPerfSession:
                 summary = entry.metrics.get("output_throughput") if entry else None
                 if entry is not None and summary is not None:
                     tol = resolve_tolerance("output_throughput", entry=entry)
-                    bands.setdefault(sweep.config, {})[lv.max_concurrency] = (summary.mean, tol)
+                    band = bands.setdefault((sweep.config, sweep.workload.key()), {})
+                    band[lv.max_concurrency] = (summary.mean, tol)
+        invalid: dict[tuple[str, str], set[int]] = {}
+        for pcs in self.points.values():
+            for pc in pcs:
+                if pc.verdict == Verdict.INVALID:
+                    invalid.setdefault((pc.config, pc.workload), set()).add(pc.concurrency)
         crossover = None
         measured = [r for r in self.sweep_checks if r.metric == "crossover_concurrency"]
         specs = [c for suite in self.suites.values() for c in suite.crossovers]
@@ -623,7 +629,7 @@ class LLMPerfSession:
             if spec is not None:
                 crossover = (spec.config, spec.reference, measured[0].value)
         try:
-            plot_all(self.sweeps, directory, bands=bands, crossover=crossover)
+            plot_all(self.sweeps, directory, bands=bands, crossover=crossover, invalid=invalid)
         except PlotsUnavailable as exc:
             import warnings
 

@@ -2,7 +2,9 @@
 
 Three views answer the seed's questions: aggregate tok/s vs C with the baseline band (did we
 regress, and where does speculation stop paying?), per-request tok/s vs C (the latency side of
-the trade-off), and TTFT/ITL percentiles vs C (where queueing starts).
+the trade-off), and TTFT/ITL percentiles vs C (where queueing starts). One set per workload: a
+config's curves under two workloads are different curves. An INVALID level is drawn as a red x
+off the line: it is not a measurement of the server.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ __all__ = [
     "plot_throughput",
 ]
 
-# config -> C -> (baseline value, tolerance)
-Bands = Mapping[str, Mapping[int, tuple[float, float]]]
+# (config, workload key) -> C -> (baseline value, tolerance)
+Bands = Mapping[tuple[str, str], Mapping[int, tuple[float, float]]]
+# (config, workload key) -> the levels judged INVALID
+Invalid = Mapping[tuple[str, str], set[int]]
 
 
 class PlotsUnavailable(LLMPerfError, RuntimeError):
@@ -44,14 +48,29 @@ def _pyplot() -> Any:
     return plt
 
 
-def _series(sweep: SweepResult, attr: str) -> tuple[list[int], list[float]]:
+def _series(
+    sweep: SweepResult, attr: str, invalid: Invalid | None = None, *, valid: bool = True
+) -> tuple[list[int], list[float]]:
+    """The valid levels' values (``valid=False``: the INVALID levels' values)."""
+    bad = (invalid or {}).get((sweep.config, sweep.workload.key()), set())
     xs, ys = [], []
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
         v = getattr(lv, attr)
-        if v is not None:
+        if v is not None and (lv.max_concurrency in bad) != valid:
             xs.append(lv.max_concurrency)
             ys.append(float(v))
     return xs, ys
+
+
+def _plot(ax: Any, sweep: SweepResult, attr: str, invalid: Invalid | None, **style: Any) -> None:
+    """A config's valid levels as a line, its INVALID ones as red crosses beside it."""
+    fmt = style.pop("fmt", "o-")
+    xs, ys = _series(sweep, attr, invalid)
+    ax.plot(xs, ys, fmt, **style)
+    bx, by = _series(sweep, attr, invalid, valid=False)
+    if bx:
+        label = f"{style.get('label', sweep.config)} INVALID (not a measurement)"
+        ax.plot(bx, by, "x", color="red", markersize=9, mew=2, label=label)
 
 
 def _log2_axis(ax: Any, sweeps: Sequence[SweepResult]) -> None:
@@ -77,6 +96,7 @@ def plot_throughput(
     *,
     bands: Bands | None = None,
     crossover: tuple[str, str, int | None] | None = None,
+    invalid: Invalid | None = None,
 ) -> Path:
     """Aggregate tok/s vs C per config, baseline ± tolerance as a band, crossover C marked."""
     plt = _pyplot()
@@ -84,9 +104,8 @@ def plot_throughput(
     try:
         for i, s in enumerate(sweeps):
             color = f"C{i}"
-            xs, ys = _series(s, "output_throughput")
-            ax.plot(xs, ys, "o-", color=color, label=s.config)
-            band = (bands or {}).get(s.config)
+            _plot(ax, s, "output_throughput", invalid, color=color, label=s.config)
+            band = (bands or {}).get((s.config, s.workload.key()))
             if band:
                 bc = sorted(band)
                 lo = [band[c][0] * (1 - band[c][1]) for c in bc]
@@ -124,32 +143,35 @@ def plot_throughput(
             )
         _log2_axis(ax, sweeps)
         ax.set_ylabel("aggregate output tok/s")
-        ax.set_title("Aggregate output throughput vs concurrency")
+        ax.set_title(f"Aggregate output throughput vs concurrency{_workload(sweeps)}")
         ax.legend(loc="upper left", fontsize=8)
         return _save(fig, path)
     finally:
         plt.close(fig)
 
 
-def plot_per_request(sweeps: Sequence[SweepResult], path: str | os.PathLike[str]) -> Path:
+def plot_per_request(
+    sweeps: Sequence[SweepResult], path: str | os.PathLike[str], invalid: Invalid | None = None
+) -> Path:
     """Per-request tok/s vs C: what one user feels, the other side of the throughput curve."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     try:
         for i, s in enumerate(sweeps):
-            xs, ys = _series(s, "per_request_throughput")
-            ax.plot(xs, ys, "o-", color=f"C{i}", label=s.config)
+            _plot(ax, s, "per_request_throughput", invalid, color=f"C{i}", label=s.config)
         _log2_axis(ax, sweeps)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("per-request output tok/s")
-        ax.set_title("Per-request decode speed vs concurrency")
+        ax.set_title(f"Per-request decode speed vs concurrency{_workload(sweeps)}")
         ax.legend(fontsize=8)
         return _save(fig, path)
     finally:
         plt.close(fig)
 
 
-def plot_latency(sweeps: Sequence[SweepResult], path: str | os.PathLike[str]) -> Path:
+def plot_latency(
+    sweeps: Sequence[SweepResult], path: str | os.PathLike[str], invalid: Invalid | None = None
+) -> Path:
     """TTFT and ITL percentiles (p50 solid, p99 dashed) vs C, one panel each."""
     plt = _pyplot()
     from matplotlib import ticker
@@ -159,10 +181,9 @@ def plot_latency(sweeps: Sequence[SweepResult], path: str | os.PathLike[str]) ->
         for ax, lat, title in ((a1, "ttft", "TTFT"), (a2, "itl", "ITL")):
             for i, s in enumerate(sweeps):
                 for stat, style in (("median", "o-"), ("p99", "s--")):
-                    xs, ys = _series(s, f"{stat}_{lat}_ms")
-                    if xs:
-                        label = f"{s.config} {'p50' if stat == 'median' else stat}"
-                        ax.plot(xs, ys, style, color=f"C{i}", label=label)
+                    label = f"{s.config} {'p50' if stat == 'median' else stat}"
+                    attr = f"{stat}_{lat}_ms"
+                    _plot(ax, s, attr, invalid, fmt=style, color=f"C{i}", label=label)
             _log2_axis(ax, sweeps)
             ax.set_yscale("log")
             # Plain numbers (20, 60, 1000) instead of 6×10^1 on a log axis.
@@ -173,11 +194,16 @@ def plot_latency(sweeps: Sequence[SweepResult], path: str | os.PathLike[str]) ->
             ax.yaxis.set_minor_formatter(fmt if hi / max(lo, 1e-9) < 30 else ticker.NullFormatter())
             ax.tick_params(axis="y", which="minor", labelsize=7)
             ax.set_ylabel(f"{title} (ms)")
-            ax.set_title(f"{title} percentiles vs concurrency")
+            ax.set_title(f"{title} percentiles vs concurrency{_workload(sweeps)}")
             ax.legend(fontsize=8)
         return _save(fig, path)
     finally:
         plt.close(fig)
+
+
+def _workload(sweeps: Sequence[SweepResult]) -> str:
+    keys = sorted({s.workload.key() for s in sweeps})
+    return f"\n{keys[0]}" if len(keys) == 1 else ""
 
 
 def plot_all(
@@ -186,11 +212,23 @@ def plot_all(
     *,
     bands: Bands | None = None,
     crossover: tuple[str, str, int | None] | None = None,
+    invalid: Invalid | None = None,
 ) -> list[Path]:
-    """All three PNGs into ``directory``; returns their paths."""
+    """The three PNGs per workload into ``directory`` (``throughput.png`` for the first
+    workload, ``throughput-<workload>.png`` for each further one); returns their paths."""
     d = Path(directory)
-    return [
-        plot_throughput(sweeps, d / "throughput.png", bands=bands, crossover=crossover),
-        plot_per_request(sweeps, d / "per_request.png"),
-        plot_latency(sweeps, d / "latency.png"),
-    ]
+    groups: dict[str, list[SweepResult]] = {}
+    for s in sweeps:
+        groups.setdefault(s.workload.key(), []).append(s)
+    paths: list[Path] = []
+    for n, (key, group) in enumerate(groups.items()):
+        suffix = "" if n == 0 else f"-{key}"
+        cross = crossover if n == 0 else None  # the crossover is judged on the main workload
+        paths += [
+            plot_throughput(
+                group, d / f"throughput{suffix}.png", bands=bands, crossover=cross, invalid=invalid
+            ),
+            plot_per_request(group, d / f"per_request{suffix}.png", invalid),
+            plot_latency(group, d / f"latency{suffix}.png", invalid),
+        ]
+    return paths
