@@ -15,6 +15,7 @@ from typing import Literal
 
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
+from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run.adjust import (
     can_adjust,
@@ -64,6 +65,8 @@ def _needs_launches(pc: PointComparison) -> bool:
 
 WarningKind = Literal["stale", "inconclusive"]
 Properties = Callable[[list[tuple[str, str]]], None]
+# What a test judged and with which of its settings, for the results file (``llmperf compare``).
+OnJudgement = Callable[[Judgement], None]
 
 
 @dataclass
@@ -112,6 +115,7 @@ class PointCheck:
     on_properties: Properties | None = None
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
+    on_judgement: OnJudgement | None = None
     adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
     samples: list[LevelResult] = field(default_factory=list)
@@ -211,6 +215,21 @@ class PointCheck:
             self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:
             self.on_compared(pc)
+        if self.on_judgement is not None:
+            self.on_judgement(
+                Judgement(
+                    kind="point",
+                    nodeid=self.nodeid,
+                    config=self.config,
+                    workload=self.workload.key(),
+                    concurrency=self.concurrency,
+                    verdict=pc.verdict.value,
+                    metrics=list(self.metrics) if self.metrics is not None else None,
+                    tolerances=dict(self.tolerances),
+                    policy=self.policy or ValidityPolicy(),
+                    adjust=self.adjust,
+                )
+            )
         if pc.verdict == Verdict.INVALID:
             message = pc.message()
             if self.on_invalid is not None:
@@ -266,6 +285,8 @@ class GateCheck:
     adjust: str = "none"
     levels: Sequence[int] = ()
     store: BaselineStore | None = None  # the configs' recorded launch noise, for the margin
+    nodeid: str = ""
+    on_judgement: OnJudgement | None = None
 
     def evaluate(self) -> GateResult:
         """Measure both sides (``PointError`` if one cannot be) and evaluate the gate;
@@ -297,6 +318,20 @@ class GateCheck:
             self.on_properties(junit_properties(gate=res))
         if self.on_result is not None:
             self.on_result(res)
+        if self.on_judgement is not None:
+            self.on_judgement(
+                Judgement(
+                    kind="gate",
+                    nodeid=self.nodeid,
+                    config=self.gate.config,
+                    workload=self.workload.key(),
+                    concurrency=self.concurrency,
+                    verdict=res.verdict.value,
+                    policy=self.policy or ValidityPolicy(),
+                    adjust=self.adjust,
+                    gate=self.gate,
+                )
+            )
         if res.verdict == Verdict.INVALID:
             if self.invalid_policy == "fail":
                 return Outcome.fail(res.message())
@@ -328,6 +363,7 @@ class SweepMetricCheck:
     on_result: Callable[[SweepCheckResult], None] | None = None
     policy: ValidityPolicy | None = None
     value: int | None = None
+    on_judgement: OnJudgement | None = None
 
     metric_name = "crossover_concurrency"
 
@@ -510,6 +546,24 @@ class CrossoverCheck(SweepMetricCheck):
         if verdict == Verdict.INCONCLUSIVE:
             return Outcome(warnings=[("inconclusive", msg)])
         return self._stale(est.low, base)  # low: risen beyond the noise
+
+    def _report(self, value: int, base: int | None, verdict: str) -> None:
+        super()._report(value, base, verdict)
+        if self.on_judgement is not None:
+            spec = self._spec
+            self.on_judgement(
+                Judgement(
+                    kind="crossover",
+                    nodeid=self.nodeid,
+                    config=spec.config,
+                    workload=self.workload.key(),
+                    verdict=verdict,
+                    policy=self.policy or ValidityPolicy(),
+                    reference=spec.reference,
+                    metric=spec.metric,
+                    name=spec.name,
+                )
+            )
 
     def why(self, value: int, base: int) -> str:
         spec = self._spec
