@@ -73,6 +73,7 @@ class LLMPerfSession:
     gates: list[GateResult] = field(default_factory=list)
     sweep_checks: list[SweepCheckResult] = field(default_factory=list)
     checks: list[Judgement] = field(default_factory=list)  # what each test judged, how
+    hardware: dict[str, str] = field(default_factory=dict)  # config -> its hardware key
     invalid: list[str] = field(default_factory=list)
     sweeps: list[SweepResult] = field(default_factory=list)
     generated: dict[tuple[Path, str], int] = field(default_factory=dict)
@@ -397,6 +398,9 @@ class LLMPerfSession:
         return env
 
     def safe_hardware(self, config: str) -> str:
+        # Under xdist the controller runs nothing: the workers said which key each config had.
+        if config in self.hardware:
+            return self.hardware[config]
         try:
             return self.run.hardware_for(config) if self.run else "unknown"
         except Exception:
@@ -407,6 +411,7 @@ class LLMPerfSession:
             self.run.close()
             self.sweeps = self.run.all_sweeps()
             self.unmeasured = self.run.unmeasured()
+            self.hardware = {s.config: self.safe_hardware(s.config) for s in self.sweeps}
 
     def bisect_status(self, session: pytest.Session) -> int:
         """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did

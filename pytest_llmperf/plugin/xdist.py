@@ -25,6 +25,7 @@ def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
         "gates": state.gates,
         "sweep_checks": state.sweep_checks,
         "checks": state.checks,
+        "hardware": state.hardware,
         "invalid": state.invalid,
         "unmeasured": state.unmeasured,
         "ab_points": state.ab_points,  # ab
@@ -46,6 +47,7 @@ def merge_payloads(state: LLMPerfSession) -> None:
         state.gates.extend(body["gates"])
         state.sweep_checks.extend(body["sweep_checks"])
         state.checks.extend(body.get("checks", []))
+        state.hardware.update(body.get("hardware", {}))
         state.invalid.extend(body["invalid"])
         state.unmeasured.update(body["unmeasured"])
         state.ab_points.extend(body.get("ab_points", []))  # ab

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
@@ -67,6 +67,21 @@ WarningKind = Literal["stale", "inconclusive"]
 Properties = Callable[[list[tuple[str, str]]], None]
 # What a test judged and with which of its settings, for the results file (``llmperf compare``).
 OnJudgement = Callable[[Judgement], None]
+
+
+def _judged(
+    check: Any,
+    kind: Literal["point", "gate", "crossover"],
+    config: str,
+    verdict: str,
+    **settings: Any,
+) -> None:
+    """Hand ``check``'s verdict and the settings it was judged with to its ``on_judgement``."""
+    if check.on_judgement is not None:
+        policy = check.policy or ValidityPolicy()
+        key = check.workload.key()
+        check.on_judgement(Judgement(kind=kind, nodeid=check.nodeid, config=config, workload=key,
+                                     verdict=str(verdict), policy=policy, **settings))  # fmt: skip
 
 
 @dataclass
@@ -215,21 +230,9 @@ class PointCheck:
             self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:
             self.on_compared(pc)
-        if self.on_judgement is not None:
-            self.on_judgement(
-                Judgement(
-                    kind="point",
-                    nodeid=self.nodeid,
-                    config=self.config,
-                    workload=self.workload.key(),
-                    concurrency=self.concurrency,
-                    verdict=pc.verdict.value,
-                    metrics=list(self.metrics) if self.metrics is not None else None,
-                    tolerances=dict(self.tolerances),
-                    policy=self.policy or ValidityPolicy(),
-                    adjust=self.adjust,
-                )
-            )
+        _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
+                metrics=None if self.metrics is None else list(self.metrics),
+                tolerances=dict(self.tolerances), adjust=self.adjust)  # fmt: skip
         if pc.verdict == Verdict.INVALID:
             message = pc.message()
             if self.on_invalid is not None:
@@ -318,20 +321,8 @@ class GateCheck:
             self.on_properties(junit_properties(gate=res))
         if self.on_result is not None:
             self.on_result(res)
-        if self.on_judgement is not None:
-            self.on_judgement(
-                Judgement(
-                    kind="gate",
-                    nodeid=self.nodeid,
-                    config=self.gate.config,
-                    workload=self.workload.key(),
-                    concurrency=self.concurrency,
-                    verdict=res.verdict.value,
-                    policy=self.policy or ValidityPolicy(),
-                    adjust=self.adjust,
-                    gate=self.gate,
-                )
-            )
+        _judged(self, "gate", self.gate.config, res.verdict, concurrency=self.concurrency,
+                adjust=self.adjust, gate=self.gate)  # fmt: skip
         if res.verdict == Verdict.INVALID:
             if self.invalid_policy == "fail":
                 return Outcome.fail(res.message())
@@ -549,21 +540,9 @@ class CrossoverCheck(SweepMetricCheck):
 
     def _report(self, value: int, base: int | None, verdict: str) -> None:
         super()._report(value, base, verdict)
-        if self.on_judgement is not None:
-            spec = self._spec
-            self.on_judgement(
-                Judgement(
-                    kind="crossover",
-                    nodeid=self.nodeid,
-                    config=spec.config,
-                    workload=self.workload.key(),
-                    verdict=verdict,
-                    policy=self.policy or ValidityPolicy(),
-                    reference=spec.reference,
-                    metric=spec.metric,
-                    name=spec.name,
-                )
-            )
+        spec = self._spec
+        _judged(self, "crossover", spec.config, verdict, reference=spec.reference,
+                metric=spec.metric, name=spec.name)  # fmt: skip
 
     def why(self, value: int, base: int) -> str:
         spec = self._spec
