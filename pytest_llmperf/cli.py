@@ -139,7 +139,8 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=None,
         help="with --launch: where the server log goes (default: a temp dir)",
     )
-    p.set_defaults(func=cmd_sweep)
+    own = frozenset(o for a in p._actions for o in a.option_strings if o != "--launch")
+    p.set_defaults(func=cmd_sweep, own_flags=own)
 
 
 def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -185,7 +186,8 @@ def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
         type=Path,
         default=None,
         help="the suite file whose [sweep] metrics, tolerance and repeat are judged "
-        "(default: llmperf.toml in the current directory, if any)",
+        "(default: the one pytest uses: --llmperf-config in PYTEST_ARGS, LLMPERF_CONFIG, the "
+        "nearest llmperf.toml to the first test path, or the current directory's)",
     )
     p.add_argument("--output-dir", type=Path, default=Path("llmperf-calibration"))
     p.add_argument("--timeout", type=_positive_float, default=3600.0, help="seconds per run")
@@ -212,8 +214,8 @@ def _add_calibrate_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from pytest_llmperf.base.errors import LLMPerfError
-    from pytest_llmperf.run.calibrate import calibrate_suite
-    from pytest_llmperf.run.suite import SUITE_FILE_NAME, load_suite
+    from pytest_llmperf.run.calibrate import calibrate_suite, describe_gate, find_suite_for
+    from pytest_llmperf.run.suite import load_suite
     from pytest_llmperf.verdicts.baseline import BaselineStore
     from pytest_llmperf.verdicts.calibration import render
 
@@ -221,8 +223,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if pytest_args[:1] == ["--"]:
         pytest_args = pytest_args[1:]
     try:
-        path = args.suite or (Path(SUITE_FILE_NAME) if Path(SUITE_FILE_NAME).is_file() else None)
+        if args.suite is not None:
+            path, where = args.suite, f"--suite {args.suite}"
+        else:
+            path, where = find_suite_for(pytest_args, Path.cwd())
         suite = load_suite(path) if path is not None else None
+        print(f"llmperf calibrate: {describe_gate(suite, where)}", file=sys.stderr, flush=True)
         cal, recording = calibrate_suite(
             pytest_args,
             runs=args.runs,
@@ -254,11 +260,13 @@ class _ProgressLine:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream: TextIO = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        # The stream it writes to decides: a terminal gets the rewritten line, a log does not.
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def __call__(self, p: Progress) -> None:
         if p.phase == "warmup":
-            self.stream.write("warm-up done\n")
+            # The warm-up's failure is the sweep's error message; here say only that it ran.
+            self.stream.write("warm-up failed\n" if p.failed else "warm-up done\n")
         elif p.phase == "level-done":
             line = f"C={p.concurrency}: {p.done}/{p.total} requests, {p.tok_per_s:.0f} tok/s"
             if p.failed:
@@ -320,7 +328,23 @@ def _server(args: argparse.Namespace, api_key: str | None) -> Iterator[tuple[str
         yield handle.url, handle.mode
 
 
+def _own_flags_after_launch(args: argparse.Namespace) -> list[str]:
+    """``llmperf sweep`` options written after ``--launch``, which would go to the server (no
+    SGLang ``launch_server`` flag shares a name with them) instead of this command."""
+    if not args.launch:
+        return []
+    return [a for a in args.launch if a.partition("=")[0] in args.own_flags]
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
+    misplaced = _own_flags_after_launch(args)
+    if misplaced:
+        print(
+            f"llmperf sweep: error: {' '.join(misplaced)} after --launch would be passed to the "
+            "server, not to llmperf; put llmperf's own options before --launch",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
@@ -354,6 +378,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         why = "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
         print(f"llmperf sweep: error: the workload settings do not fit: {why}", file=sys.stderr)
         return EXIT_USAGE
+    from pytest_llmperf.core.client import ServerError
     from pytest_llmperf.launch.launcher import LaunchError
 
     try:
@@ -370,7 +395,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 server_mode=mode,
                 client_processes=max(1, args.client_processes),
             )
-    except (SweepError, LaunchError) as e:
+    except (SweepError, LaunchError, ServerError) as e:
+        # One line for a server that is down or refuses the key, not the client's traceback.
         print(f"llmperf sweep: error: {e}", file=sys.stderr)
         return EXIT_FAILED
     server = result.server

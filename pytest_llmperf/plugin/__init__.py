@@ -244,6 +244,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             on_properties=_properties(request),
             on_compared=lambda pc: llm.points.setdefault(pc.config, []).append(pc),
             on_invalid=llm.invalid.append,
+            on_judgement=llm.checks.append,
         )
     except SettingError as exc:
         raise usage_error(str(exc)) from None
@@ -271,6 +272,8 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCh
         adjust=llm.effective(suite, marker, "adjust", request.node.nodeid),
         levels=llm.effective(suite, marker, "levels", request.node.nodeid),
         store=llm.store,
+        nodeid=request.node.nodeid,
+        on_judgement=llm.checks.append,
     )
 
 
@@ -314,7 +317,12 @@ def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> C
     kwargs = _sweep_check_kwargs(request, llmperf_run)
     llm, _, marker = _settings_for(request)
     max_reruns = llm.effective(suite, marker, "max_reruns", request.node.nodeid)
-    return CrossoverCheck(spec=suite.crossovers[param.index], max_reruns=max_reruns, **kwargs)
+    return CrossoverCheck(
+        spec=suite.crossovers[param.index],
+        max_reruns=max_reruns,
+        on_judgement=llm.checks.append,
+        **kwargs,
+    )
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ from pytest_llmperf.run.settings import (
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import SweepResult, Workload
     from pytest_llmperf.report.ab_table import ABPoint
+    from pytest_llmperf.report.results_file import Judgement
     from pytest_llmperf.run.ab import ABRun
     from pytest_llmperf.run.checks import SweepCheckResult
     from pytest_llmperf.run.perfrun import PerfRun
@@ -84,6 +85,8 @@ class LLMPerfSession:
     points: dict[str, list[PointComparison]] = field(default_factory=dict)
     gates: list[GateResult] = field(default_factory=list)
     sweep_checks: list[SweepCheckResult] = field(default_factory=list)
+    checks: list[Judgement] = field(default_factory=list)  # what each test judged, how
+    hardware: dict[str, str] = field(default_factory=dict)  # config -> its hardware key
     invalid: list[str] = field(default_factory=list)
     sweeps: list[SweepResult] = field(default_factory=list)
     generated: dict[tuple[Path, str], int] = field(default_factory=dict)
@@ -459,6 +462,9 @@ class LLMPerfSession:
         return env
 
     def safe_hardware(self, config: str) -> str:
+        # Under xdist the controller runs nothing: the workers said which key each config had.
+        if config in self.hardware:
+            return self.hardware[config]
         try:
             return self.run.hardware_for(config) if self.run else "unknown"
         except Exception:
@@ -469,6 +475,7 @@ class LLMPerfSession:
             self.run.close()
             self.sweeps = self.run.all_sweeps()
             self.unmeasured.update(self.run.unmeasured())
+            self.hardware = {s.config: self.safe_hardware(s.config) for s in self.sweeps}
 
     def bisect_status(self, session: pytest.Session) -> int:
         """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did
@@ -593,7 +600,8 @@ class LLMPerfSession:
         out.mkdir(parents=True, exist_ok=True)
         for i, (hw, sweeps) in enumerate(sorted(by_hw.items())):
             name = "results.json" if i == 0 else f"results-{hw}.json"
-            save_run(RunFile(hardware=hw, sweeps=sweeps), out / name)
+            checks = [j for j in self.checks if self.safe_hardware(j.config) == hw]
+            save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
 
     def _write_plots(self, directory: Path) -> None:
         """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""

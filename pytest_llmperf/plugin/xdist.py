@@ -24,6 +24,8 @@ def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
         "points": state.points,
         "gates": state.gates,
         "sweep_checks": state.sweep_checks,
+        "checks": state.checks,
+        "hardware": state.hardware,
         "invalid": state.invalid,
         "unmeasured": state.unmeasured,
         "ab_points": state.ab_points,  # ab
@@ -44,6 +46,8 @@ def merge_payloads(state: LLMPerfSession) -> None:
             state.points.setdefault(config, []).extend(points)
         state.gates.extend(body["gates"])
         state.sweep_checks.extend(body["sweep_checks"])
+        state.checks.extend(body.get("checks", []))
+        state.hardware.update(body.get("hardware", {}))
         state.invalid.extend(body["invalid"])
         state.unmeasured.update(body["unmeasured"])
         state.ab_points.extend(body.get("ab_points", []))  # ab

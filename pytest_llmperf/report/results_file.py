@@ -29,25 +29,34 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.tables import markdown_summary, render_run
 from pytest_llmperf.verdicts.baseline import BaselineStore
-from pytest_llmperf.verdicts.baseline_file import EntryKey, Provenance, check_name
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
     PointComparison,
+    Verdict,
     compare_sweep,
     exit_status,
     validate_tolerance,
 )
 from pytest_llmperf.verdicts.crossover import CrossoverRule, SweepMetricResult, compare_crossover
-from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gates, load_gates
+from pytest_llmperf.verdicts.gates import (
+    Gate,
+    GateResult,
+    evaluate_gate,
+    evaluate_gates,
+    load_gates,
+)
 from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 __all__ = [
     "CompareSettings",
+    "Judgement",
     "RunFile",
     "RunVerdicts",
     "RunFileError",
     "add_compare_parser",
     "add_merge_parser",
+    "judge_recorded",
     "judge_run",
     "load_run",
     "merge",
@@ -60,8 +69,36 @@ class RunFileError(InputError):
     """A results file is unreadable, invalid or conflicts with another; message for people."""
 
 
+class Judgement(BaseModel):
+    """One check a test of the pytest run made, with the settings that test resolved for itself
+    (marker > CLI > env > ini > suite > default) and the verdict it reached, so ``llmperf
+    compare`` judges the same point of the same workload the same way."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["point", "gate", "crossover"]
+    nodeid: str
+    config: str
+    workload: str  # Workload.key() of the sweep it judged
+    concurrency: int | None = None  # None for a whole-sweep check (crossover)
+    verdict: str
+    metrics: list[str] | None = None
+    tolerances: dict[str, float] = Field(default_factory=dict)
+    policy: ValidityPolicy = Field(default_factory=ValidityPolicy)
+    adjust: str = "none"
+    gate: Gate | None = None
+    reference: str | None = None  # crossover: the other config
+    metric: str | None = None  # crossover: the metric compared
+    name: str | None = None  # crossover: its name in the suite
+
+    @property
+    def label(self) -> str:
+        return self.nodeid or f"{self.kind} {self.config} {self.workload} C={self.concurrency}"
+
+
 class RunFile(BaseModel):
-    """``--llmperf-json`` output: the sweeps of one run or shard on one hardware key."""
+    """``--llmperf-json`` output: the sweeps of one run or shard on one hardware key, and what
+    each test judged (``checks``; empty in files written without the plugin)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +107,7 @@ class RunFile(BaseModel):
     provenance: Provenance = Field(default_factory=Provenance)
     shard: str | None = None
     sweeps: list[SweepResult] = Field(default_factory=list)
+    checks: list[Judgement] = Field(default_factory=list)
 
     def sweep(self, config: str, workload_key: str | None = None) -> SweepResult | None:
         return next(
@@ -130,6 +168,8 @@ def merge(paths: Sequence[str | os.PathLike[str]]) -> RunFile:
                     target.repeats[c] = list(sweep.repeats[c])
             target.levels.sort(key=lambda lv: lv.max_concurrency)
             target.repeats = dict(sorted(target.repeats.items()))
+        seen = {(j.kind, j.nodeid) for j in merged.checks}
+        merged.checks.extend(j for j in run.checks if (j.kind, j.nodeid) not in seen)
     return merged
 
 
@@ -157,6 +197,8 @@ class RunVerdicts:
     points: dict[str, list[PointComparison]] = field(default_factory=dict)
     gates: list[GateResult] = field(default_factory=list)
     crossovers: list[SweepMetricResult] = field(default_factory=list)
+    # test id -> its verdict here, for a results file that records what each test judged
+    by_test: dict[str, Verdict] = field(default_factory=dict)
 
     def exit_status(self, *, fail_inconclusive: bool = False) -> int:
         verdicts = [p.verdict for ps in self.points.values() for p in ps]
@@ -209,6 +251,105 @@ def judge_run(
     return out
 
 
+def judge_recorded(
+    run: RunFile,
+    baseline_dir: str | os.PathLike[str],
+    *,
+    tolerances: Mapping[str, float] | float | None = None,
+    metrics: Sequence[str] | None = None,
+    max_failed: int | None = None,
+) -> RunVerdicts:
+    """Every check the pytest run made (``run.checks``), each on the sweep of its own workload
+    with the settings its test resolved, through the functions the plugin's checks call.
+    ``tolerances``, ``metrics`` and ``max_failed`` (command-line flags) replace the recorded
+    ones where given, as a command-line flag would have in pytest."""
+    check_name(run.hardware, "hardware key")
+    store = BaselineStore(baseline_dir)
+    hw = run.hardware
+    out = RunVerdicts()
+    for j in run.checks:
+        policy = j.policy
+        if max_failed is not None:
+            policy = policy.model_copy(update={"max_failed": max_failed})
+        verdict: Verdict
+        if j.kind == "point":
+            point = _judge_point(run, store, j, policy, tolerances, metrics)
+            out.points.setdefault(j.config, []).append(point)
+            verdict = point.verdict
+        elif j.kind == "gate" and j.gate is not None and j.concurrency is not None:
+            gate = _judge_gate(run, store, j, j.gate, j.concurrency, policy)
+            out.gates.append(gate)
+            verdict = gate.verdict
+        elif j.kind == "crossover" and j.reference is not None:
+            rule = CrossoverRule(j.config, j.reference, j.metric or "output_throughput", j.name)
+            found = compare_crossover(
+                rule, run.sweeps, store, hw, policy=policy, workload=j.workload
+            ) or [_unmeasured_crossover(rule, j)]
+            out.crossovers.extend(found)
+            verdict = found[0].verdict
+        else:
+            raise RunFileError(f"{j.label}: a {j.kind} check without its settings")
+        out.by_test[j.nodeid] = verdict
+    return out
+
+
+def _judge_point(
+    run: RunFile,
+    store: BaselineStore,
+    j: Judgement,
+    policy: ValidityPolicy,
+    tolerances: Mapping[str, float] | float | None,
+    metrics: Sequence[str] | None,
+) -> PointComparison:
+    sweep = run.sweep(j.config, j.workload)
+    c = j.concurrency or 0
+    found = (
+        compare_sweep(
+            sweep,
+            store,
+            run.hardware,
+            metrics=metrics if metrics is not None else j.metrics,
+            tolerances=tolerances if tolerances is not None else (j.tolerances or None),
+            policy=policy,
+            adjust=j.adjust,
+            concurrencies=[c],
+        )
+        if sweep is not None
+        else []
+    )
+    if found:
+        return found[0]
+    why = f"{j.label}: the results file has no measurement of {j.config} {j.workload} C={c}"
+    return PointComparison(j.config, c, j.workload, Verdict.INVALID, invalid_reasons=[why])
+
+
+def _judge_gate(
+    run: RunFile, store: BaselineStore, j: Judgement, gate: Gate, c: int, policy: ValidityPolicy
+) -> GateResult:
+    """As the plugin's gate check: both sides' samples at this C, of the gate's workload."""
+    sweeps: dict[str, SweepResult] = {}
+    for name in (gate.config, gate.reference):
+        sweep = run.sweep(name, j.workload)
+        samples = sweep.samples(c) if sweep is not None else []
+        if sweep is not None and samples:
+            sweeps[name] = sweep.model_copy(
+                update={"levels": [samples[0]], "repeats": {c: list(samples[1:])}}
+            )
+
+    def noise(cfg: str, level: int, metric: str) -> LaunchNoise | None:
+        return store.launch_noise(EntryKey(run.hardware, cfg, j.workload, level), metric)
+
+    def baseline(cfg: str, level: int) -> BaselineEntry | None:
+        return store.get(EntryKey(run.hardware, cfg, j.workload, level), mark_used=False)
+
+    return evaluate_gate(gate, sweeps, policy=policy, noise=noise, baseline=baseline)
+
+
+def _unmeasured_crossover(rule: CrossoverRule, j: Judgement) -> SweepMetricResult:
+    why = f"{j.label}: the results file has no sweep of {rule.label} for {j.workload}"
+    return SweepMetricResult(f"crossover {rule.label}", None, None, Verdict.INVALID, why)
+
+
 def render_verdicts(run: RunFile, v: RunVerdicts, *, markdown: bool = False) -> str:
     """The tables pytest's terminal summary prints, then one line per crossover as there."""
     if markdown:
@@ -223,16 +364,29 @@ def render_verdicts(run: RunFile, v: RunVerdicts, *, markdown: bool = False) -> 
 
 # -- CLI ------------------------------------------------------------------------------------
 def _load_structured(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".toml":
-        import tomllib
-
-        return tomllib.loads(text)
+    """The ``--gates`` file's data; an unreadable or unparsable file is named, never a trace."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RunFileError(f"--gates {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunFileError(f"--gates {path}: cannot be read ({exc})") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        return yaml.safe_load(text)
-    return json.loads(text)
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise RunFileError(f"--gates {path}: not valid YAML: {exc}") from None
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            return tomllib.loads(text)
+        return json.loads(text)
+    except ValueError as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        raise RunFileError(f"--gates {path}: not valid {kind}: {exc}") from None
 
 
 # Top-level tables that only a suite file (llmperf.toml) has; a gates file has none of them.
@@ -293,27 +447,60 @@ def _run_compare(
     args: argparse.Namespace, suite_settings: SuiteSettingsLoader | None = None
 ) -> int:
     run = load_run(args.run)
+    baselines = Path(args.baselines)
+    if not baselines.is_dir():
+        what = "is not a directory" if baselines.exists() else "does not exist"
+        raise RunFileError(
+            f"--baselines {baselines}: {what}; give the baselines directory the pytest run "
+            "used (its --llmperf-baseline-dir, default baselines/)"
+        )
     settings = (
         _settings_from_file(Path(args.gates), suite_settings) if args.gates else CompareSettings()
     )
     # As in pytest, tolerances given on the command line replace the suite file's table.
     flags = _tolerances(args)
-    metrics = _metrics(args.metrics) if args.metrics else settings.metrics
-    verdicts = judge_run(
-        run,
-        args.baselines,
-        flags if flags is not None else settings.tolerances,
-        settings.gates,
-        metrics=metrics,
-        crossovers=settings.crossovers,
-        policy=ValidityPolicy(max_failed=args.max_failed),
-        adjust=settings.adjust,
-    )
+    flag_metrics = _metrics(args.metrics) if args.metrics else None
+    if run.checks:
+        # The run says what each test judged and with which settings (its markers included):
+        # judge exactly that, so this command and the pytest run cannot disagree.
+        verdicts = judge_recorded(
+            run, baselines, tolerances=flags, metrics=flag_metrics, max_failed=args.max_failed
+        )
+        _note_unjudged(run, settings)
+    else:
+        verdicts = judge_run(
+            run,
+            baselines,
+            flags if flags is not None else settings.tolerances,
+            settings.gates,
+            metrics=flag_metrics or settings.metrics,
+            crossovers=settings.crossovers,
+            policy=ValidityPolicy(max_failed=args.max_failed or 0),
+            adjust=settings.adjust,
+        )
     sys.stdout.write(render_verdicts(run, verdicts))
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:  # GITHUB_STEP_SUMMARY appends
             f.write(render_verdicts(run, verdicts, markdown=True))
     return verdicts.exit_status(fail_inconclusive=args.fail_inconclusive)
+
+
+def _note_unjudged(run: RunFile, settings: CompareSettings) -> None:
+    """Gates and crossovers of ``--gates`` that no test of the run judged are not judged here
+    either (the run has no verdict to agree with); say so instead of dropping them silently."""
+    gates = {j.gate for j in run.checks if j.gate is not None}
+    crossovers = {(j.config, j.reference, j.metric) for j in run.checks if j.kind == "crossover"}
+    names = [g.name or f"{g.config} vs {g.reference}" for g in settings.gates if g not in gates]
+    names += [
+        f"crossover {x.label}"
+        for x in settings.crossovers
+        if (x.config, x.reference, x.metric) not in crossovers
+    ]
+    if names:
+        print(
+            f"llmperf compare: not judged (no test of the run judged them): {', '.join(names)}",
+            file=sys.stderr,
+        )
 
 
 def _metrics(text: str) -> list[str]:
@@ -394,7 +581,13 @@ def add_compare_parser(
         default=None,
         help="metrics compared with the baseline (default: the suite file's, else pytest's)",
     )
-    p.add_argument("--max-failed", type=int, default=0, help="failed requests allowed per level")
+    p.add_argument(
+        "--max-failed",
+        type=int,
+        default=None,
+        help="failed requests allowed per level (default: what each test of the run allowed, "
+        "else 0)",
+    )
     p.add_argument("--fail-inconclusive", action="store_true")
     p.add_argument(
         "--markdown",

@@ -13,7 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_llmperf.base.results import LevelResult, SweepResult
+from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, explain, fmt_num
 from pytest_llmperf.verdicts.gates import GateResult
 
@@ -126,8 +126,38 @@ def _verdict(point: PointComparison | None) -> str:
     return v
 
 
-def _notes(level: LevelResult, point: PointComparison | None) -> str:
+def requested_output_tokens(level: LevelResult, workload: Workload) -> int:
+    """What the completed requests asked for (their own targets where they vary)."""
+    if level.expected_output_tokens is not None:
+        return level.expected_output_tokens
+    return level.completed * workload.output_len
+
+
+def _short_output(level: LevelResult, workload: Workload) -> str | None:
+    """A note when the server delivered fewer output tokens than requested: every number of
+    the row then describes shorter requests than the workload says (EOS, a context limit)."""
+    want = requested_output_tokens(level, workload)
+    got = level.total_output_tokens
+    if want <= 0 or got >= want:
+        return None
+    return (
+        f"SHORT OUTPUT: {got} of {want} requested output tokens delivered "
+        f"({100 * got / want:.1f} %); the server stopped early (EOS, a context or length limit)"
+    )
+
+
+def _tokens_cell(level: LevelResult, workload: Workload) -> str:
+    want = requested_output_tokens(level, workload)
+    if 0 < want and level.total_output_tokens < want:
+        return f"{level.total_output_tokens} of {want} (!)"
+    return str(level.total_output_tokens)
+
+
+def _notes(level: LevelResult, point: PointComparison | None, workload: Workload) -> str:
     notes = [n for n in explain(level) if not n.startswith("accept length")]
+    short = _short_output(level, workload)
+    if short is not None:
+        notes.insert(0, short)
     if level.failed and level.errors:
         notes.append(f"{level.failed} failed, first: {level.errors[0]}")
     if point is not None:
@@ -174,7 +204,7 @@ def level_rows(
                 str(lv.max_concurrency),
                 judged_cell(sweep.samples(lv.max_concurrency), "output_throughput"),
                 judged_cell(sweep.samples(lv.max_concurrency), "per_request_throughput"),
-                str(lv.total_output_tokens),
+                _tokens_cell(lv, sweep.workload),
                 f"{lv.duration:.1f}",
                 f"{lv.completed}" + (f" ({lv.failed} failed)" if lv.failed else ""),
                 f"{_ms(lv.median_ttft_ms)}/{_ms(lv.p99_ttft_ms)}",
@@ -182,7 +212,7 @@ def level_rows(
                 "" if lv.accept_length is None else f"{lv.accept_length:.2f}",
                 _delta(p),
                 _verdict(p),
-                _notes(lv, p),
+                _notes(lv, p, sweep.workload),
             ]
         )
     return rows
@@ -239,7 +269,9 @@ def render_run(
     for sweep in sweeps:
         title = f"{sweep.config} ({sweep.workload.key()})"
         out.append(f"### {title}" if markdown else f"{title}:")
-        out.append(level_table(sweep, points.get(sweep.config) if points else None, tablefmt=fmt))
+        # A config swept with several workloads has one table each: its own points only.
+        own = [p for p in points.get(sweep.config, ()) if p.workload == sweep.workload.key()]
+        out.append(level_table(sweep, own or None, tablefmt=fmt))
         out.append("")
     if gates:
         out.append("### gates" if markdown else "gates:")

@@ -8,16 +8,17 @@ suite file's ``[sweep]`` (or the defaults), so the report speaks about the gate 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.report.results_file import RunFile, load_run
 from pytest_llmperf.run.recording import Recording, git_commit, record_runs
-from pytest_llmperf.run.suite import Suite
+from pytest_llmperf.run.suite import SUITE_FILE_NAME, Suite, find_suite_file
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.calibration import DEFAULT_TARGET, Calibration, calibrate
 from pytest_llmperf.verdicts.compare import DEFAULT_METRICS, resolve_tolerance
@@ -52,6 +53,47 @@ def run_suite(
     if not files:
         raise CalibrateError(f"{' '.join(argv)} wrote no results file in {out}:\n{tail}")
     return [load_run(f) for f in files]
+
+
+CONFIG_FLAG = "--llmperf-config"
+CONFIG_ENV = "LLMPERF_CONFIG"
+
+
+def find_suite_for(
+    pytest_args: Sequence[str], cwd: Path, env: Mapping[str, str] = os.environ
+) -> tuple[Path | None, str]:
+    """The suite file the pytest run of ``pytest_args`` judges with, found as the plugin finds
+    it (``--llmperf-config``, then ``LLMPERF_CONFIG``, then the nearest ``llmperf.toml`` from
+    the first test path up to ``cwd``, the rootdir), and where it was found, for the report."""
+    args = list(pytest_args)
+    for i, arg in enumerate(args):
+        if arg == CONFIG_FLAG and i + 1 < len(args):
+            return cwd / args[i + 1], f"{CONFIG_FLAG} {args[i + 1]}"
+        if arg.startswith(CONFIG_FLAG + "="):
+            value = arg.partition("=")[2]
+            return cwd / value, f"{CONFIG_FLAG}={value}"
+    if env.get(CONFIG_ENV):
+        return cwd / env[CONFIG_ENV], f"{CONFIG_ENV}={env[CONFIG_ENV]}"
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        target = cwd / arg.split("::", 1)[0]
+        if target.exists():
+            found = find_suite_file(target, cwd)
+            if found is not None:
+                return found, f"the nearest {SUITE_FILE_NAME} to the test path {arg}"
+    here = cwd / SUITE_FILE_NAME
+    if here.is_file():
+        return here, f"{SUITE_FILE_NAME} in {cwd}"
+    return None, f"no {SUITE_FILE_NAME} for the test paths or in {cwd}"
+
+
+def describe_gate(suite: Suite | None, where: str) -> str:
+    """One line naming the tolerances the report judges at and where they came from."""
+    metrics, tolerances, repeats = gate_settings(suite)
+    tols = ", ".join(f"{m} {100 * tolerances[m]:g} %" for m in metrics)
+    source = f"the suite's [sweep] ({where})" if suite is not None else f"the defaults ({where})"
+    return f"tolerances from {source}: {tols}; repeat {repeats}"
 
 
 def gate_settings(suite: Suite | None) -> tuple[list[str], dict[str, float], int]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
+from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run.adjust import (
     can_adjust,
@@ -64,6 +65,23 @@ def _needs_launches(pc: PointComparison) -> bool:
 
 WarningKind = Literal["stale", "inconclusive"]
 Properties = Callable[[list[tuple[str, str]]], None]
+# What a test judged and with which of its settings, for the results file (``llmperf compare``).
+OnJudgement = Callable[[Judgement], None]
+
+
+def _judged(
+    check: Any,
+    kind: Literal["point", "gate", "crossover"],
+    config: str,
+    verdict: str,
+    **settings: Any,
+) -> None:
+    """Hand ``check``'s verdict and the settings it was judged with to its ``on_judgement``."""
+    if check.on_judgement is not None:
+        policy = check.policy or ValidityPolicy()
+        key = check.workload.key()
+        check.on_judgement(Judgement(kind=kind, nodeid=check.nodeid, config=config, workload=key,
+                                     verdict=str(verdict), policy=policy, **settings))  # fmt: skip
 
 
 def record_hint(record_command: str, nodeid: str) -> str:
@@ -118,6 +136,7 @@ class PointCheck:
     on_properties: Properties | None = None
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
+    on_judgement: OnJudgement | None = None
     adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
     samples: list[LevelResult] = field(default_factory=list)
@@ -217,6 +236,9 @@ class PointCheck:
             self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:
             self.on_compared(pc)
+        _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
+                metrics=None if self.metrics is None else list(self.metrics),
+                tolerances=dict(self.tolerances), adjust=self.adjust)  # fmt: skip
         if pc.verdict == Verdict.INVALID:
             message = pc.message()
             if self.on_invalid is not None:
@@ -272,6 +294,8 @@ class GateCheck:
     adjust: str = "none"
     levels: Sequence[int] = ()
     store: BaselineStore | None = None  # the configs' recorded launch noise, for the margin
+    nodeid: str = ""
+    on_judgement: OnJudgement | None = None
 
     def evaluate(self) -> GateResult:
         """Measure both sides (``PointError`` if one cannot be) and evaluate the gate;
@@ -303,6 +327,8 @@ class GateCheck:
             self.on_properties(junit_properties(gate=res))
         if self.on_result is not None:
             self.on_result(res)
+        _judged(self, "gate", self.gate.config, res.verdict, concurrency=self.concurrency,
+                adjust=self.adjust, gate=self.gate)  # fmt: skip
         if res.verdict == Verdict.INVALID:
             if self.invalid_policy == "fail":
                 return Outcome.fail(res.message())
@@ -335,6 +361,7 @@ class SweepMetricCheck:
     on_result: Callable[[SweepCheckResult], None] | None = None
     policy: ValidityPolicy | None = None
     value: int | None = None
+    on_judgement: OnJudgement | None = None
 
     metric_name = "crossover_concurrency"
 
@@ -517,6 +544,12 @@ class CrossoverCheck(SweepMetricCheck):
         if verdict == Verdict.INCONCLUSIVE:
             return Outcome(warnings=[("inconclusive", msg)])
         return self._stale(est.low, base)  # low: risen beyond the noise
+
+    def _report(self, value: int, base: int | None, verdict: str) -> None:
+        super()._report(value, base, verdict)
+        spec = self._spec
+        _judged(self, "crossover", spec.config, verdict, reference=spec.reference,
+                metric=spec.metric, name=spec.name)  # fmt: skip
 
     def why(self, value: int, base: int) -> str:
         spec = self._spec

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -487,10 +487,12 @@ def compare_sweep(
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
     adjust: str = "none",
+    concurrencies: Collection[int] | None = None,
 ) -> list[PointComparison]:
-    """Every level of a sweep against the store, each on all of its samples (``repeats``
-    included), exactly as the plugin's point check judges it (``llmperf compare``); with
-    ``adjust = "launch"``, launch-adjusted as well (samples grouped by their launch)."""
+    """Every level of a sweep (or those in ``concurrencies``) against the store, each on all
+    of its samples (``repeats`` included), exactly as the plugin's point check judges it
+    (``llmperf compare``); with ``adjust = "launch"``, launch-adjusted as well (samples grouped
+    by their launch, over the whole sweep)."""
     out = []
     wl = sweep.workload.key()
     launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= 3 else {}
@@ -500,6 +502,8 @@ def compare_sweep(
 
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
         c = lv.max_concurrency
+        if concurrencies is not None and c not in concurrencies:
+            continue
         names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
         adjusted = current_residuals(launches, entry_for, c, names) if launches else None
         entry = store.get(EntryKey(hardware, sweep.config, wl, lv.max_concurrency))

@@ -220,16 +220,18 @@ def compare_crossover(
     hardware: str,
     *,
     policy: ValidityPolicy | None = None,
+    workload: str | None = None,
 ) -> list[SweepMetricResult]:
-    """Judge ``rule`` once per workload measured for both of its configs in ``sweeps``, with
-    the noise and validity of ``estimate_crossover``.
+    """Judge ``rule`` once per workload measured for both of its configs in ``sweeps`` (only
+    ``workload``, a workload key, when given), with the noise and validity of
+    ``estimate_crossover``.
 
     A pair that was not measured at all is INVALID: the run cannot say where the crossover is.
     """
     label = f"crossover {rule.label}"
     out: list[SweepMetricResult] = []
     for sweep in sweeps:
-        if sweep.config != rule.config:
+        if sweep.config != rule.config or workload not in (None, sweep.workload.key()):
             continue
         ref = next(
             (

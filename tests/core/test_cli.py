@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.cli import build_parser, main
+from pytest_llmperf.base.results import Workload
+from pytest_llmperf.cli import _ProgressLine, build_parser, format_table, main
+from pytest_llmperf.core.progress import Progress
+from pytest_llmperf.core.sweep import run_sweep
 
 from .fake_server import FakeServer
 
@@ -82,4 +87,84 @@ def test_sweep_prints_table_and_writes_json(
 def test_unreachable_server_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["sweep", "--url", "http://127.0.0.1:9", "-c", "1", "--output-len", "2"])
     assert code == 1
-    assert "warm-up" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warm-up request" in err and "failed" in err
+    # The progress line does not claim a warm-up that failed went fine.
+    assert "warm-up done" not in err and "warm-up failed" in err
+
+
+@pytest.mark.parametrize("backend", ["openai", "openai-chat"])
+def test_openai_backends_down_server_is_one_line(
+    backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["sweep", "--url", "http://127.0.0.1:9", "--backend", backend, "-c", "1",
+                 "--input-len", "8", "--output-len", "2"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmperf sweep: error:"), err
+    assert "http://127.0.0.1:9/v1/models" in lines[0]
+
+
+@pytest.mark.parametrize("backend", ["sglang", "openai"])
+def test_wrong_api_key_is_one_line_and_never_printed(
+    backend: str,
+    fake_server: FakeServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_server.config.api_key = "right-key-123"
+    monkeypatch.setenv("LLMPERF_TEST_KEY", "wrong-key-456")
+    code = main(["sweep", "--url", fake_server.url, "--backend", backend, "-c", "1",
+                 "--input-len", "8", "--output-len", "2",
+                 "--api-key-env", "LLMPERF_TEST_KEY"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err and "wrong-key-456" not in err
+    errors = [line for line in err.splitlines() if line.startswith("llmperf sweep: error:")]
+    assert len(errors) == 1 and "401" in errors[0], err
+
+
+def test_own_options_after_launch_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: `-c 64` went to the server's flags and all six default levels ran.
+    code = main(["sweep", "--launch", "--tp-size", "1", "-c", "64", "--output-len=8"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "-c --output-len=8 after --launch" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_is_drawn_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    tty = _Terminal()
+    monkeypatch.setattr(sys, "stderr", tty)
+    line = _ProgressLine()  # the CLI's own construction: no argument, so sys.stderr
+    line(Progress(4, 3, 8, 0, 300, 1.0, "level"))
+    line(Progress(4, 8, 8, 0, 800, 2.0, "level-done"))
+    assert tty.getvalue() == (
+        "\r\x1b[KC=4: 3/8 requests, 300 tok/s so far\r\x1b[KC=4: 8/8 requests, 400 tok/s\n"
+    )
+
+
+def test_progress_line_in_a_log_is_one_line_per_level() -> None:
+    log = io.StringIO()
+    line = _ProgressLine(log)
+    line(Progress(4, 3, 8, 0, 300, 1.0, "level"))
+    line(Progress(4, 8, 8, 1, 800, 2.0, "level-done"))
+    assert log.getvalue() == "C=4: 8/8 requests, 400 tok/s, 1 failed\n"
+
+
+def test_table_flags_a_delivered_length_shortfall(fake_server: FakeServer) -> None:
+    workload = Workload(input_len=8, output_len=1000, requests_per_level=4)
+    result = run_sweep(fake_server.url, [1], workload)
+    full = format_table(result)
+    assert "SHORT OUTPUT" not in full and "(!)" not in full
+    # The server stopped early: 96 of the 4000 tokens the four requests asked for.
+    lv = result.levels[0].model_copy(update={"total_output_tokens": 96})
+    short = format_table(result.model_copy(update={"levels": [lv]}))
+    assert "96 of 4000 (!)" in short
+    assert "SHORT OUTPUT: 96 of 4000 requested output tokens delivered (2.4 %)" in short

@@ -79,3 +79,20 @@ def test_two_workers_record_both_configs_once(independent: pytest.Pytester) -> N
     assert sorted(devices.values()) == ["0", "1"], devices
     ranges = {int(s["url"].rsplit(":", 1)[1]) // 1000 for s in servers.values()}
     assert ranges == {20, 21}  # gw0 from port 20000, gw1 from 21000
+
+    # The workers said what each test judged and on which hardware key: `llmperf compare`
+    # agrees with the run (the controller measured nothing, so it cannot know either itself).
+    # (whether each point passes depends on this box's noise; that both say the same does not)
+    again = run(independent, "-n", "2")
+    results = read_json(independent.path / "llmperf-results" / "results.json")
+    assert results["hardware"] == HW
+    # (xdist's loadgroup names a test `ID@group`)
+    judged = {j["nodeid"].split("@")[0]: j["verdict"] for j in results["checks"]}
+    assert sorted(judged) == sorted(
+        f"test_perf.py::test_sweep[{c}-C{n}]" for c in ("plain", "mtp") for n in (1, 4)
+    ), judged
+    from pytest_llmperf.cli import main
+
+    status = main(["compare", str(independent.path / "llmperf-results" / "results.json"),
+                   "--baselines", str(independent.path / "baselines")])  # fmt: skip
+    assert status == again.ret

@@ -214,3 +214,34 @@ def test_calibrate_record_writes_from_every_run(tmp_path: Path) -> None:
     assert recording is not None
     assert set(recording.launches.values()) == {3}
     assert len(recording.flushed.created) == 3
+
+
+def test_calibrate_finds_the_suite_file_pytest_uses(tmp_path: Path) -> None:
+    from pytest_llmperf.run.calibrate import describe_gate, find_suite_for
+    from pytest_llmperf.run.suite import load_suite
+
+    suite_dir = tmp_path / "perf_tests"
+    suite_dir.mkdir()
+    (suite_dir / "test_sweep.py").write_text("")
+    suite = suite_dir / "llmperf.toml"
+    suite.write_text(
+        '[[server]]\nname = "plain"\nmodel = "m"\n\n[sweep]\n'
+        'tolerance = { median_ttft_ms = "40%" }\n'
+    )
+    # From the repo root, `pytest perf_tests` judges with perf_tests/llmperf.toml.
+    path, where = find_suite_for(["perf_tests", "-q"], tmp_path, env={})
+    assert path == suite and "perf_tests" in where
+    path, _ = find_suite_for(["perf_tests/test_sweep.py::test_sweep"], tmp_path, env={})
+    assert path == suite
+    line = describe_gate(load_suite(suite), where)
+    assert "median_ttft_ms 40 %" in line and "output_throughput 5 %" in line
+    # --llmperf-config and LLMPERF_CONFIG win, as in the plugin.
+    other = tmp_path / "other.toml"
+    assert find_suite_for(["perf_tests", "--llmperf-config", "other.toml"], tmp_path)[0] == other
+    assert find_suite_for(["perf_tests"], tmp_path, env={"LLMPERF_CONFIG": "other.toml"})[0] == (
+        other
+    )
+    # Nothing found: the report says it judges at the defaults instead of doing so silently.
+    path, where = find_suite_for(["tests"], tmp_path, env={})
+    assert path is None
+    assert describe_gate(None, where).startswith("tolerances from the defaults (no llmperf.toml")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmperf.cli import main
-from pytest_llmperf.report.results_file import judge_run, load_run
+from pytest_llmperf.report.results_file import judge_recorded, judge_run, load_run
 from pytest_llmperf.run.compare_settings import compare_settings
 from pytest_llmperf.verdicts.compare import Verdict
 from tests.plugin.conftest import FAST, RELAXED_CLIENT_CHECK, assert_no_servers_left
@@ -160,3 +160,95 @@ def test_compare_gives_the_verdicts_of_the_pytest_run(
     default = judge_run(run, baselines)
     assert Verdict.FAIL in {p.verdict for p in default.points["mtp"]}
     assert Verdict.PASS not in {p.verdict for p in default.points["mtp"]}
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "perf_tests"
+# The shipped suite as it is (its markers, gates and crossover), on fewer and shorter levels for
+# the unmarked tests; the marked workloads keep their own settings, as in `pytest perf_tests`.
+SHIPPED_ARGS = [
+    "-p", "no:randomly", "--llmperf-levels", "1,4", "--llmperf-input-len", "64",
+    "--llmperf-output-len", "64", "--llmperf-baseline-repeat", "1",
+]  # fmt: skip
+BAD = {Verdict.FAIL, Verdict.INVALID, Verdict.MISSING}
+
+
+def _nodeid(classname: str, name: str) -> str:
+    return f"{classname.replace('.', '/')}.py::{name}"
+
+
+def _compare(
+    results: Path, baselines: Path, suite: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    capsys.readouterr()
+    status = main(["compare", str(results), "--baselines", str(baselines), "--gates", str(suite)])
+    return status, capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_compare_agrees_with_pytest_on_the_shipped_suite(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for f in [SHIPPED / "llmperf.toml", *SHIPPED.glob("test_*.py")]:
+        (pytester.path / f.name).write_text(f.read_text())
+    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    suite = pytester.path / "llmperf.toml"
+    baselines = pytester.path / "baselines"
+    results = pytester.path / "llmperf-results" / "results.json"
+
+    record = pytester.runpytest_subprocess(*SHIPPED_ARGS, "--llmperf-update", timeout=600)
+    assert record.ret == 0, record.stdout.str()[-3000:]
+
+    for sim_args, expect_red in [(None, False), ("plain: --sim-slowdown 4-4:2.0", True)]:
+        extra = ["--llmperf-sim-args", sim_args] if sim_args else []
+        run = pytester.runpytest_subprocess(
+            *SHIPPED_ARGS, *extra, "--junitxml=junit.xml", timeout=600
+        )
+        assert_no_servers_left(pytester.path)
+        junit = {
+            _nodeid(case.get("classname", ""), case.get("name", "")): outcome
+            for case, outcome in _cases(pytester.path / "junit.xml")
+        }
+        point_props = _point_verdicts(pytester.path / "junit.xml")
+        recorded = load_run(results)
+        verdicts = judge_recorded(recorded, baselines)
+        # Every judged test of the run is judged by the command, with the same outcome...
+        assert set(verdicts.by_test) <= set(junit)
+        judged = {k for k in junit if not k.split("::")[1].startswith("test_no_failed")}
+        assert set(verdicts.by_test) == judged
+        for nodeid, verdict in verdicts.by_test.items():
+            assert (verdict in BAD) == (junit[nodeid] == "failed"), (nodeid, verdict)
+        # ...and each point the same verdict, marker-restricted workloads included.
+        for nodeid, verdict in point_props.items():
+            assert verdicts.by_test[nodeid].value == verdict, nodeid
+        status, printed = _compare(results, baselines, suite, capsys)
+        assert status == run.ret == (1 if expect_red else 0), printed + run.stdout.str()[-3000:]
+        # Each workload's table shows its own points only.
+        for block in printed.split("\n\n"):
+            if block.startswith("plain (sglang-in1100-out64-sp8x1000)"):
+                assert [row.split()[0] for row in block.splitlines()[3:]] == ["1", "8"]
+        if expect_red:
+            failed = {k for k, outcome in junit.items() if outcome == "failed"}
+            assert "test_sweep.py::test_sweep[plain-C4]" in failed
+            assert {k for k, v in verdicts.by_test.items() if v in BAD} == failed
+
+
+def _cases(path: Path) -> list[tuple[ET.Element, str]]:
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome = "passed"
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcome = "failed"
+        elif case.find("skipped") is not None:
+            outcome = "skipped"
+        out.append((case, outcome))
+    return out
+
+
+def _point_verdicts(path: Path) -> dict[str, str]:
+    """test id -> the plugin's verdict (the ``llmperf.verdict`` JUnit property) of each point."""
+    out = {}
+    for case, _ in _cases(path):
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        if "llmperf.verdict" in props:
+            out[_nodeid(case.get("classname", ""), case.get("name", ""))] = props["llmperf.verdict"]
+    return out

@@ -260,3 +260,46 @@ def test_crossover_verdicts() -> None:
     )
     with pytest.raises(KeyError, match="unknown metric"):
         CrossoverRule("mtp", "plain", metric="tok_s")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("gates.toml", "[[gate]\nconfig = ", "not valid TOML"),
+        ("gates.json", "{not json", "not valid JSON"),
+        ("gates.yaml", "a: [1, 2", "not valid YAML"),
+        ("missing.toml", None, "no such file"),
+    ],
+)
+def test_compare_names_a_broken_gates_file(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    text: str | None,
+    expected: str,
+) -> None:
+    results = tmp_path / "results.json"
+    save_run(RunFile(hardware="hw"), results)
+    (tmp_path / "baselines").mkdir()
+    gates = tmp_path / name
+    if text is not None:
+        gates.write_text(text)
+    code = main(["compare", str(results), "--baselines", str(tmp_path / "baselines"),
+                 "--gates", str(gates)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"--gates {gates}: {expected}" in err and "Traceback" not in err
+
+
+def test_compare_names_a_missing_baselines_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results.json"
+    save_run(RunFile(hardware="hw"), results)
+    code = main(["compare", str(results), "--baselines", str(tmp_path / "nope")])
+    assert code == 2
+    assert f"--baselines {tmp_path / 'nope'}: does not exist" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    code = main(["compare", str(results), "--baselines", str(tmp_path / "file")])
+    assert code == 2
+    assert "is not a directory" in capsys.readouterr().err
