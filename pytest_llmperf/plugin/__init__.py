@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_llmperf.plugin.options import record_command
 from pytest_llmperf.plugin.params import (
     ABParam,
     CrossoverParam,
@@ -240,7 +241,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             invalid_policy=llm.settings["invalid"],
             policy=llm.validity_policy(suite, marker, where),
             nodeid=where,
-            record_command=llm.record_command(request.config, where),
+            record_command=record_command(request.config, where),
             on_properties=_properties(request),
             on_compared=lambda pc: llm.points.setdefault(pc.config, []).append(pc),
             on_invalid=llm.invalid.append,
@@ -289,7 +290,7 @@ def _sweep_check_kwargs(request: pytest.FixtureRequest, run: PerfRun) -> dict[st
         "update": bool(llm.settings["update"]),
         "rerecord": bool(llm.settings["rerecord"]),
         "nodeid": where,
-        "record_command": llm.record_command(request.config, where),
+        "record_command": record_command(request.config, where),
         "on_properties": _properties(request),
         "on_result": llm.sweep_checks.append,
         "policy": llm.validity_policy(suite, marker, where),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -55,3 +56,30 @@ def client_text(processes: int) -> str:
         else "1 process (--llmperf-client-processes N shards a level over N)"
     )
     return f"{shards}, llhttp stream transport (aiohttp for https)"
+
+
+def record_command(config: pytest.Config, nodeid: str) -> str:
+    """This session's command narrowed to one test, with ``--llmperf-update``: the same
+    URL, levels, lengths and baseline dir (a bare ``pytest ID --llmperf-update`` would
+    record another workload or into another directory). An API key is never written out."""
+    by_flag = {s.cli_flag: s for s in SETTINGS if s.cli}
+    args = [str(a) for a in config.invocation_params.args]
+    kept: list[str] = []
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        setting = by_flag.get(flag)
+        takes_value = setting is not None and not setting.flag
+        if takes_value and not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            i += 1
+        i += 1
+        if setting is None or setting.name in ("update", "rerecord"):
+            continue
+        if not takes_value:
+            kept.append(flag)
+        elif setting.name == "api_key":
+            kept += [flag, '"$LLMPERF_API_KEY"']
+        else:
+            kept += [flag, shlex.quote(value)]
+    return " ".join(["pytest", shlex.quote(nodeid), *kept, "--llmperf-update"])

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 POINT_FIXTURE = "llmperf_point"
 GATE_FIXTURE = "llmperf_gate"
 CROSSOVER_FIXTURE = "llmperf_crossover"
@@ -80,3 +82,15 @@ def marker_kwargs(node: Any) -> dict[str, Any]:
     for mark in node.iter_markers("llmperf"):
         merged = {**mark.kwargs, **merged}
     return merged
+
+
+def parametrize(
+    metafunc: pytest.Metafunc, fixture: str, params: list[Any], ids: list[str], empty: str
+) -> None:
+    """Parametrize a perf fixture; with nothing to parametrize over, one skipped test that
+    says why (pytest's own empty-set item carries no parameter the plugin could read)."""
+    if params:
+        metafunc.parametrize(fixture, params, ids=ids, indirect=True)
+        return
+    skipped = pytest.param(None, marks=pytest.mark.skip(reason=f"{fixture}: {empty}"))
+    metafunc.parametrize(fixture, [skipped], ids=["none"], indirect=True)

@@ -32,10 +32,10 @@ from pytest_llmperf.plugin.params import (
     gate_id,
     item_param,
     marker_kwargs,
+    parametrize,
 )
 from pytest_llmperf.run.settings import (
     MARKER_KEYS,
-    SETTINGS,
     SETTINGS_BY_NAME,
     SettingError,
     check_marker_keys,
@@ -58,18 +58,6 @@ if TYPE_CHECKING:
 
 def usage_error(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"pytest-llmperf: {message}")
-
-
-def _parametrize(
-    metafunc: pytest.Metafunc, fixture: str, params: list[Any], ids: list[str], empty: str
-) -> None:
-    """Parametrize a perf fixture; with nothing to parametrize over, one skipped test that
-    says why (pytest's own empty-set item carries no parameter the plugin could read)."""
-    if params:
-        metafunc.parametrize(fixture, params, ids=ids, indirect=True)
-        return
-    skipped = pytest.param(None, marks=pytest.mark.skip(reason=f"{fixture}: {empty}"))
-    metafunc.parametrize(fixture, [skipped], ids=["none"], indirect=True)
 
 
 @dataclass
@@ -147,34 +135,6 @@ class LLMPerfSession:
         if value == SETTINGS_BY_NAME[name].default and name in suite_values and not explicit:
             return suite_values[name]
         return value
-
-    def record_command(self, config: pytest.Config, nodeid: str) -> str:
-        """This session's command narrowed to one test, with ``--llmperf-update``: the same
-        URL, levels, lengths and baseline dir (a bare ``pytest ID --llmperf-update`` would
-        record another workload or into another directory). An API key is never written out."""
-        import shlex
-
-        by_flag = {s.cli_flag: s for s in SETTINGS if s.cli}
-        args = [str(a) for a in config.invocation_params.args]
-        kept: list[str] = []
-        i = 0
-        while i < len(args):
-            flag, eq, value = args[i].partition("=")
-            setting = by_flag.get(flag)
-            takes_value = setting is not None and not setting.flag
-            if takes_value and not eq:
-                value = args[i + 1] if i + 1 < len(args) else ""
-                i += 1
-            i += 1
-            if setting is None or setting.name in ("update", "rerecord"):
-                continue
-            if not takes_value:
-                kept.append(flag)
-            elif setting.name == "api_key":
-                kept += [flag, '"$LLMPERF_API_KEY"']
-            else:
-                kept += [flag, shlex.quote(value)]
-        return " ".join(["pytest", shlex.quote(nodeid), *kept, "--llmperf-update"])
 
     def validity_policy(self, suite: Suite, marker: dict[str, Any], where: str) -> ValidityPolicy:
         """Validity thresholds (failed requests, length slack, cache hits, client limits)."""
@@ -277,7 +237,7 @@ class LLMPerfSession:
             params = [PointParam(c, lv, suite_path) for c in configs for lv in levels]
             count([p.config for p in params])
             ids = [f"{p.config}-C{p.concurrency}" for p in params]
-            _parametrize(metafunc, POINT_FIXTURE, params, ids, "no config x level to measure")
+            parametrize(metafunc, POINT_FIXTURE, params, ids, "no config x level to measure")
         if GATE_FIXTURE in names:
             wanted = marker.get("gates")
             gparams = [
@@ -288,7 +248,7 @@ class LLMPerfSession:
                 if gate.applies(lv)
             ]
             ids = [f"{gate_id(suite.gates[p.gate_index])}-C{p.concurrency}" for p in gparams]
-            _parametrize(
+            parametrize(
                 metafunc,
                 GATE_FIXTURE,
                 gparams,
@@ -302,7 +262,7 @@ class LLMPerfSession:
                 cross = suite.crossovers[cp.index]
                 count([cross.config, cross.reference])
             ids = [suite.crossovers[p.index].label for p in cparams]
-            _parametrize(
+            parametrize(
                 metafunc,
                 CROSSOVER_FIXTURE,
                 cparams,
@@ -318,7 +278,7 @@ class LLMPerfSession:
             sparams = [SloParam(c, suite_path) for c in configs]
             count([p.config for p in sparams])
             ids = [p.config for p in sparams]
-            _parametrize(metafunc, SLO_FIXTURE, sparams, ids, "no config to check")
+            parametrize(metafunc, SLO_FIXTURE, sparams, ids, "no config to check")
         if AB_FIXTURE in names:  # ab: one test per [[compare]] x level, id new-vs-old-C64
             if not suite.compares:
                 raise usage_error(
@@ -331,7 +291,7 @@ class LLMPerfSession:
                 for lv in (cmp.levels or levels)
             ]
             ids = [f"{suite.compares[p.index].label}-C{p.concurrency}" for p in aparams]
-            _parametrize(metafunc, AB_FIXTURE, aparams, ids, "no [[compare]] level to measure")
+            parametrize(metafunc, AB_FIXTURE, aparams, ids, "no [[compare]] level to measure")
 
     def configs_of(self, param: Param) -> list[str]:
         suite = self.suites[param.suite_path]
@@ -559,7 +519,17 @@ class LLMPerfSession:
                 with open(summary_path, "a", encoding="utf-8") as fh:
                     fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
             if self.settings["plots"]:
-                self._write_plots(out / "plots")
+                from pytest_llmperf.plugin.plots import write_plots
+
+                write_plots(
+                    out / "plots",
+                    self.sweeps,
+                    self.points,
+                    self.sweep_checks,
+                    [c for suite in self.suites.values() for c in suite.crossovers],
+                    self.safe_hardware,
+                    lambda key: self._store.get(key, mark_used=False) if self._store else None,
+                )
         if self.ab_points:  # ab: ab.json and its Markdown table
             from pytest_llmperf.plugin.ab import write_ab
 
@@ -602,48 +572,6 @@ class LLMPerfSession:
             name = "results.json" if i == 0 else f"results-{hw}.json"
             checks = [j for j in self.checks if self.safe_hardware(j.config) == hw]
             save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
-
-    def _write_plots(self, directory: Path) -> None:
-        """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""
-        from pytest_llmperf.report.plots import PlotsUnavailable, plot_all
-        from pytest_llmperf.verdicts.baseline import EntryKey
-        from pytest_llmperf.verdicts.compare import Verdict, resolve_tolerance
-
-        bands: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
-        for sweep in self.sweeps:
-            for lv in sweep.levels:
-                key = EntryKey(
-                    self.safe_hardware(sweep.config),
-                    sweep.config,
-                    sweep.workload.key(),
-                    lv.max_concurrency,
-                )
-                entry = self._store.get(key, mark_used=False) if self._store else None
-                summary = entry.metrics.get("output_throughput") if entry else None
-                if entry is not None and summary is not None:
-                    tol = resolve_tolerance("output_throughput", entry=entry)
-                    band = bands.setdefault((sweep.config, sweep.workload.key()), {})
-                    band[lv.max_concurrency] = (summary.mean, tol)
-        invalid: dict[tuple[str, str], set[int]] = {}
-        for pcs in self.points.values():
-            for pc in pcs:
-                if pc.verdict == Verdict.INVALID:
-                    invalid.setdefault((pc.config, pc.workload), set()).add(pc.concurrency)
-        crossover = None
-        measured = [r for r in self.sweep_checks if r.metric == "crossover_concurrency"]
-        specs = [c for suite in self.suites.values() for c in suite.crossovers]
-        if measured and specs:
-            spec = next((c for c in specs if f"crossover {c.label}" == measured[0].label), None)
-            if spec is not None:
-                crossover = (spec.config, spec.reference, measured[0].value)
-        try:
-            plot_all(self.sweeps, directory, bands=bands, crossover=crossover, invalid=invalid)
-        except PlotsUnavailable as exc:
-            import warnings
-
-            from pytest_llmperf.plugin.warnings import LLMPerfWarning
-
-            warnings.warn(LLMPerfWarning(f"pytest-llmperf: plots skipped: {exc}"), stacklevel=1)
 
     def summary_lines(self) -> list[str]:
         """The terminal summary: tables, whole-sweep checks, invalid levels, baselines."""

@@ -84,11 +84,6 @@ def _judged(
                                      verdict=str(verdict), policy=policy, **settings))  # fmt: skip
 
 
-def record_hint(record_command: str, nodeid: str) -> str:
-    """The command that records a missing entry: the session's own when the plugin gave it."""
-    return record_command or f"pytest '{nodeid}' --llmperf-update"
-
-
 @dataclass
 class Outcome:
     """What a check concluded, for the plugin to enact: pass, fail or skip, and warnings."""
@@ -254,9 +249,8 @@ class PointCheck:
                 pc.verdict, pc.messages = Verdict.RECORDED, []
             return Outcome()
         if pc.verdict == Verdict.MISSING:
-            return Outcome.fail(
-                f"{pc.message()}\n  record it: {record_hint(self.record_command, self.nodeid)}"
-            )
+            record = self.record_command or f"pytest '{self.nodeid}' --llmperf-update"
+            return Outcome.fail(f"{pc.message()}\n  record it: {record}")
         if pc.verdict == Verdict.FAIL:
             return Outcome.fail(pc.message())
         out = Outcome()
@@ -430,9 +424,9 @@ class SweepMetricCheck:
             return Outcome()
         if base is None:
             self._report(value, base, "missing")
+            record = self.record_command or f"pytest '{self.nodeid}' --llmperf-update"
             return Outcome.fail(
-                f"{self.label}: {self.metric_name} C={value} has no baseline; record it: "
-                f"{record_hint(self.record_command, self.nodeid)}"
+                f"{self.label}: {self.metric_name} C={value} has no baseline; record it: {record}"
             )
         if value < base:
             self._report(value, base, "fail")
