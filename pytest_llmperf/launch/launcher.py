@@ -65,6 +65,16 @@ PORT_ATTEMPTS = 3
 TAIL_LINES_IN_ERRORS = 30
 _PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 _OWNED_FLAGS = ("--host", "--port", "--model-path", "--model", "--api-key")
+# Secrets of this plugin found in its own environment: a launched server is never given them
+# (it gets its key, if any, through --api-key), and its log is scrubbed of them.
+SECRET_ENV_VARS = ("LLMPERF_API_KEY",)
+
+
+def known_secrets(api_key: str | None, extra: tuple[str | None, ...] = ()) -> list[str]:
+    """Every secret a server log must not keep: the launch's key, ``extra``, and the values
+    of ``SECRET_ENV_VARS`` in this process's environment."""
+    found = [api_key, *extra, *(os.environ.get(name) for name in SECRET_ENV_VARS)]
+    return list(dict.fromkeys(s for s in found if s))
 
 
 class LaunchError(LLMPerfError, RuntimeError):
@@ -138,6 +148,7 @@ class ServerHandle:
         argv: list[str] | None = None,
         gpu_ids: list[int] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
+        secrets: list[str] | None = None,
     ) -> None:
         self.url = url
         self.mode: Mode = mode
@@ -146,6 +157,7 @@ class ServerHandle:
         self.gpu_ids = gpu_ids
         self.grace_s = grace_s
         self._api_key = api_key
+        self._secrets = [s for s in (secrets or [api_key or ""]) if s]
         self._proc = proc
         self._argv = argv or []
         self._lock = threading.RLock()
@@ -185,7 +197,10 @@ class ServerHandle:
 
     def log_tail(self, n: int = 40) -> str:
         """The last ``n`` lines of the server log (API key redacted); "" when attached."""
-        return _read_tail(self.log_path, n, self._api_key)
+        tail = _read_tail(self.log_path, n, None)
+        for secret in self._secrets:
+            tail = redact(tail, secret)
+        return tail
 
     def close(self, grace_s: float | None = None) -> int | None:
         """Stop the server and its process group (no-op when attached or already closed).
@@ -202,8 +217,9 @@ class ServerHandle:
                     grace = self.grace_s if grace_s is None else grace_s
                     self.exit_code = stop_group(proc, grace)
                     WATCHDOG.send({"op": "remove", "pgid": proc.pid})
-                    if self._api_key and self.log_path is not None:
-                        scrub_file(self.log_path, self._api_key)
+                    if self.log_path is not None:
+                        for secret in self._secrets:
+                            scrub_file(self.log_path, secret)
             finally:
                 unregister(self)
             return self.exit_code
@@ -271,6 +287,7 @@ def launch(
     api_key: str | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     port_range: tuple[int, int] | None = None,
+    secrets: tuple[str | None, ...] = (),
 ) -> ServerHandle:
     """Start ``config``'s server and return when it is ready.
 
@@ -284,6 +301,7 @@ def launch(
     one is picked (from ``port_range`` if given) and, if another process takes it first, the
     launch is retried on another port (up to 3 tries). Raises ``ServerStartError`` with the exit
     code, log path and log tail when the server exits or stays unhealthy past the timeout.
+    ``secrets`` (e.g. the session's key for attached servers) are scrubbed from the log too.
     """
     if require_real and simulate:
         raise LaunchError("simulate=True and require_real=True contradict each other")
@@ -310,7 +328,9 @@ def launch(
         health_routes = HEALTH_ROUTES if own_command else ("/health_generate",)
     timeout = config.launch_timeout_s if health_timeout_s is None else health_timeout_s
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **config.env}
+    inherited = {k: v for k, v in os.environ.items() if k not in SECRET_ENV_VARS}
+    env = {**inherited, "PYTHONUNBUFFERED": "1", **config.env}
+    scrub = known_secrets(api_key, secrets)
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices_value(
             gpu_ids, env.get("CUDA_VISIBLE_DEVICES")
@@ -348,6 +368,7 @@ def launch(
             argv=argv,
             gpu_ids=gpu_ids,
             grace_s=grace_s,
+            secrets=scrub,
         )
         with log_path.open("ab") as log:
             cvd = env.get("CUDA_VISIBLE_DEVICES")
@@ -383,7 +404,7 @@ def launch(
                 "pgid": proc.pid,
                 "grace": grace_s,
                 "log": str(log_path),
-                "secret": api_key or "",
+                "secrets": scrub,
             }
         )
         try:
@@ -415,13 +436,14 @@ def launch(
             what = f"exited with code {rc} after {elapsed:.1f} s"
         if port_taken:
             what += f"; port {chosen} was already in use"
-        message = redact(
+        message = (
             f"{mode} server {config.name!r} ({url}) {what}.\n"
             f"  log: {log_path}\n"
             f"  last {TAIL_LINES_IN_ERRORS} log lines:\n"
-            + "\n".join(f"    {line}" for line in tail.splitlines()),
-            api_key,
+            + "\n".join(f"    {line}" for line in tail.splitlines())
         )
+        for secret in scrub:
+            message = redact(message, secret)
         raise ServerStartError(
             message,
             exit_code=rc if rc is not None else handle.exit_code,

@@ -13,8 +13,8 @@ Why it is built this way:
   or being re-parented, means the parent died, and the watchdog stops the registered groups.
   This covers the server's grandchildren too, unlike ``PR_SET_PDEATHSIG`` (which is per thread
   and per direct child).
-- SGLang prints its server args (API key included) at startup, so a log file is scrubbed of the
-  key when the server stops (by us or by the watchdog).
+- SGLang prints its server args (API key included) at startup, so a log file is scrubbed of every
+  known secret when the server stops (by us or by the watchdog).
 """
 
 from __future__ import annotations
@@ -195,8 +195,9 @@ def _watchdog_main() -> None:
                 p.kill()
     time.sleep(0.2)  # let the kernel finish the kills before rewriting logs
     for msg in groups.values():
-        if msg.get("secret") and msg.get("log"):
-            scrub_file(Path(msg["log"]), msg["secret"])
+        for secret in msg.get("secrets", []):
+            if secret and msg.get("log"):
+                scrub_file(Path(msg["log"]), secret)
 
 
 def _import_path() -> str:
