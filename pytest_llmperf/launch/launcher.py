@@ -31,7 +31,7 @@ from pytest_llmperf.core.server_probe import ServerKind
 from pytest_llmperf.launch import reaper
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
-from pytest_llmperf.launch.ports import free_port, port_is_free
+from pytest_llmperf.launch.ports import PortClaim, claim_port, port_is_free
 from pytest_llmperf.launch.readiness import HEALTH_ROUTES, discover, http_client, poll_ready
 from pytest_llmperf.launch.reaper import (
     DEFAULT_GRACE_S,
@@ -158,6 +158,7 @@ class ServerHandle:
         self.grace_s = grace_s
         self._api_key = api_key
         self._secrets = [s for s in (secrets or [api_key or ""]) if s]
+        self._port_claim: PortClaim | None = None
         self._proc = proc
         self._argv = argv or []
         self._lock = threading.RLock()
@@ -221,6 +222,8 @@ class ServerHandle:
                         for secret in self._secrets:
                             scrub_file(self.log_path, secret)
             finally:
+                if self._port_claim is not None:
+                    self._port_claim.release()
                 unregister(self)
             return self.exit_code
 
@@ -343,9 +346,10 @@ def launch(
     deadline = start + timeout
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
-            chosen = port if port is not None else free_port(host, port_range)
+            claim = PortClaim(port, None) if port is not None else claim_port(host, port_range)
         except OSError as exc:
             raise LaunchError(f"server config {config.name!r}: {exc}") from None
+        chosen = claim.port
         if own_command:
             # The key, if any, is the command's business (never substituted into argv here).
             argv = config.launch_argv(host=host, port=chosen)
@@ -370,6 +374,7 @@ def launch(
             grace_s=grace_s,
             secrets=scrub,
         )
+        handle._port_claim = claim  # held while the server runs, released by close()
         with log_path.open("ab") as log:
             cvd = env.get("CUDA_VISIBLE_DEVICES")
             log.write(
@@ -393,6 +398,7 @@ def launch(
                 where = (
                     ".command[0]" if own_command else ".python" if argv[0] == config.python else ""
                 )
+                claim.release()
                 raise LaunchError(
                     f"server config {config.name!r}{where}: cannot start {argv[0]}: {exc}"
                 ) from None

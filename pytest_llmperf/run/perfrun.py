@@ -305,7 +305,6 @@ class PerfRun:
                         require_real=self.require_real,
                         gpu_ids=plan.ids,
                         health_timeout_s=self.launch_timeout_s,
-                        port_range=gpus.port_range_for_worker(gpus.worker_index(self.env)),
                         secrets=(reveal(self.api_key),),
                     )
             except (LaunchError, ValueError) as exc:
