@@ -15,10 +15,12 @@ import contextlib
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -122,6 +124,22 @@ def _read_tail(path: Path | None, n: int, secret: str | None) -> str:
     return redact("\n".join(lines[-n:]), secret)
 
 
+def _answers(host: str, port: int) -> bool:
+    """Whether something accepts connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _command(proc: object) -> str:
+    try:
+        return " ".join(proc.cmdline())[:120]  # type: ignore[attr-defined]
+    except Exception:  # exited meanwhile
+        return "?"
+
+
 def live_servers() -> list[ServerHandle]:
     """Servers launched by this process and not yet stopped."""
     return [h for h in reaper.live() if isinstance(h, ServerHandle)]
@@ -159,6 +177,7 @@ class ServerHandle:
         self._api_key = api_key
         self._secrets = [s for s in (secrets or [api_key or ""]) if s]
         self._port_claim: PortClaim | None = None
+        self._tag: str | None = None
         self._proc = proc
         self._argv = argv or []
         self._lock = threading.RLock()
@@ -216,7 +235,7 @@ class ServerHandle:
             try:
                 if proc is not None:
                     grace = self.grace_s if grace_s is None else grace_s
-                    self.exit_code = stop_group(proc, grace)
+                    self.exit_code = stop_group(proc, grace, self._tag)
                     WATCHDOG.send({"op": "remove", "pgid": proc.pid})
                     if self.log_path is not None:
                         for secret in self._secrets:
@@ -334,6 +353,7 @@ def launch(
     inherited = {k: v for k, v in os.environ.items() if k not in SECRET_ENV_VARS}
     env = {**inherited, "PYTHONUNBUFFERED": "1", **config.env}
     scrub = known_secrets(api_key, secrets)
+    tag = env[reaper.TAG_ENV_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices_value(
             gpu_ids, env.get("CUDA_VISIBLE_DEVICES")
@@ -375,6 +395,7 @@ def launch(
             secrets=scrub,
         )
         handle._port_claim = claim  # held while the server runs, released by close()
+        handle._tag = tag
         with log_path.open("ab") as log:
             cvd = env.get("CUDA_VISIBLE_DEVICES")
             log.write(
@@ -411,6 +432,7 @@ def launch(
                 "grace": grace_s,
                 "log": str(log_path),
                 "secrets": scrub,
+                "tag": tag,
             }
         )
         try:
@@ -429,6 +451,10 @@ def launch(
         elapsed = time.monotonic() - start
         tail = handle.log_tail(TAIL_LINES_IN_ERRORS)
         port_taken = any(m in tail.lower() for m in _PORT_TAKEN_MARKERS)
+        # A command that daemonizes its server exits while the server it forked runs on.
+        left = [] if rc is None else [p for p in reaper.tagged(tag) if p.pid != proc.pid]
+        left_text = ", ".join(f"pid {p.pid} ({_command(p)})" for p in left)
+        answering = rc is not None and not port_taken and _answers(host, chosen)
         handle.close(grace_s=grace_s)
         if rc is not None and rc != 0 and port_taken and port is None and attempt < PORT_ATTEMPTS:
             with log_path.open("ab") as log:
@@ -442,6 +468,13 @@ def launch(
             what = f"exited with code {rc} after {elapsed:.1f} s"
         if port_taken:
             what += f"; port {chosen} was already in use"
+        elif left or answering:
+            parts = [f"port {chosen} still answered"] if answering else []
+            parts += [f"it left running {left_text} (stopped now)"] if left else []
+            what += (
+                f", but {' and '.join(parts)}; a launched command must run its server in the"
+                " foreground, not daemonize it"
+            )
         message = (
             f"{mode} server {config.name!r} ({url}) {what}.\n"
             f"  log: {log_path}\n"

@@ -20,7 +20,7 @@ from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.run.ab import ABRun
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import suite_from_data
-from tests.launcher._helpers import is_alive
+from tests.launcher._helpers import is_alive, wait_dead
 
 HTTP_SERVER = [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"]
 
@@ -179,3 +179,26 @@ def test_the_session_key_is_not_inherited_and_no_secret_stays_in_the_log(
         assert session_key not in handle.log_tail(5)
     text = handle.log_path.read_text()
     assert session_key not in text and env_key not in text and "'***'" in text
+
+
+DAEMONIZING = Path(__file__).parent / "fixtures" / "daemonizing_server.py"
+
+
+def test_a_command_that_daemonizes_its_server_is_an_error_and_the_daemon_is_stopped(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    cfg = ServerConfig(
+        name="daemon",
+        model="none",
+        command=(sys.executable, str(DAEMONIZING), "{port}", "{host}", str(pid_file)),
+        health="/",
+        launch_timeout_s=30,
+    )
+    with pytest.raises(ServerStartError, match=r"exited with code 0") as info:
+        launch(cfg, log_dir=tmp_path / "logs")
+    text = str(info.value)
+    assert pid_file.exists()
+    daemon = int(pid_file.read_text())
+    assert f"left running pid {daemon}" in text and "foreground, not daemonize" in text
+    assert wait_dead([daemon], 10.0) == []
