@@ -8,13 +8,26 @@ macOS reads the system-wide monotonic clock, so stamps from different processes 
 share a time base, and ``compute_level`` needs nothing but the records. All shards are started,
 opened and ready before any sends (a start barrier), so the level's duration is not stretched
 by process start-up.
+
+A shard dies with the process that started it: on Linux the kernel SIGKILLs it when its parent
+thread exits (``PR_SET_PDEATHSIG``, which also covers a SIGKILLed pytest and a shard blocked in
+a send), and everywhere a thread watching the parent's sentinel pipe ends it. Ctrl-C is the
+parent's to handle (shards ignore SIGINT); the parent waits for shards in short polls, so a
+cancelled level kills its shards at once instead of waiting for the level's deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import ctypes
 import multiprocessing
+import os
 import queue
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +39,39 @@ from pytest_llmperf.core.monitor import LoopMonitor
 from pytest_llmperf.core.records import RequestRecord
 
 SHARD_READY_TIMEOUT_S = 120.0  # spawn + imports on a loaded machine
+_POLL_S = 0.25  # the longest the parent blocks on a shard queue: what a Ctrl-C waits for
+_PR_SET_PDEATHSIG = 1
+_LIVE: set[multiprocessing.process.BaseProcess] = set()  # shards of this process, for atexit
+
+
+def _die_with_parent() -> None:
+    """In a shard: be killed when the parent dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    if not parent.is_alive():  # it died before the prctl above took effect
+        os._exit(1)
+
+    def watch() -> None:
+        parent.join()  # returns when the parent's end of the sentinel pipe closes
+        os._exit(1)
+
+    threading.Thread(target=watch, name="llmperf-shard-parent-watch", daemon=True).start()
+
+
+def _kill_live_shards() -> None:
+    for p in list(_LIVE):
+        with contextlib.suppress(Exception):
+            p.kill()
+            p.join(timeout=2)
+        _LIVE.discard(p)
+
+
+atexit.register(_kill_live_shards)
 
 
 def new_loop() -> asyncio.AbstractEventLoop:
@@ -116,6 +162,8 @@ async def _shard_requests(gen: LoadGenerator, spec: ShardSpec) -> list[RequestRe
 
 def _shard_main(spec: ShardSpec, ready: queue.Queue[object], go: object, out: object) -> None:
     """A client process: open the generator, say ready, wait for go, measure, send records."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     async def main() -> ShardResult:
         async with LoadGenerator(
@@ -158,13 +206,27 @@ def merge_health(results: Sequence[ShardResult]) -> ClientHealth:
     )
 
 
-async def _get(q: multiprocessing.Queue[object], timeout_s: float, late: str) -> object:
-    """The shards' next message, waited for off the loop; ``late`` is the error after
-    ``timeout_s``."""
-    try:
-        return await asyncio.to_thread(q.get, True, timeout_s)
-    except queue.Empty:
-        raise ShardError(late) from None
+async def _get(
+    q: multiprocessing.Queue[object],
+    timeout_s: float,
+    late: str,
+    procs: Sequence[multiprocessing.process.BaseProcess],
+) -> object:
+    """The shards' next message, waited for off the loop in short polls; ``late`` is the error
+    after ``timeout_s``. A shard that exited without a message is an error at once."""
+    end = time.monotonic() + timeout_s
+    for _ in range(int(timeout_s / _POLL_S) + 2):  # bounded by the timeout
+        try:
+            return await asyncio.to_thread(q.get, True, min(_POLL_S, timeout_s))
+        except queue.Empty:
+            pass
+        dead = [p for p in procs if p.exitcode not in (None, 0)]
+        if dead:
+            codes = ", ".join(f"pid {p.pid} exit {p.exitcode}" for p in dead)
+            raise ShardError(f"client process exited without reporting ({codes})")
+        if time.monotonic() >= end:
+            break
+    raise ShardError(late)
 
 
 async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[ShardResult]:
@@ -174,12 +236,14 @@ async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[Sha
     out: multiprocessing.Queue[object] = ctx.Queue()
     go = ctx.Event()
     procs = [ctx.Process(target=_shard_main, args=(s, ready, go, out), daemon=True) for s in specs]
+    done = False
     try:
         for p in procs:
             p.start()
+            _LIVE.add(p)
         for _ in procs:
             late = f"client processes were not ready within {SHARD_READY_TIMEOUT_S:.0f}s"
-            msg = await _get(ready, SHARD_READY_TIMEOUT_S, late)
+            msg = await _get(ready, SHARD_READY_TIMEOUT_S, late, procs)
             if isinstance(msg, BaseException):
                 raise ShardError(f"a client process failed to start: {msg!r}")
         go.set()
@@ -187,19 +251,24 @@ async def run_sharded(specs: Sequence[ShardSpec], deadline_s: float) -> list[Sha
         results: list[ShardResult] = []
         for _ in procs:
             late = f"client processes did not report within {deadline_s:.0f}s"
-            res = await _get(out, max(1.0, end - time.monotonic()), late)
+            res = await _get(out, max(1.0, end - time.monotonic()), late, procs)
             if isinstance(res, BaseException):
                 raise res
             if not isinstance(res, ShardResult):
                 raise ShardError(f"a client process sent {type(res).__name__}, not its records")
             results.append(res)
+        done = True
         return results
     finally:
+        # Reported shards are exiting on their own; any other way out (error, Ctrl-C,
+        # cancellation) stops them now, not after their requests finish.
         for p in procs:
-            p.join(timeout=5)
+            if done:
+                p.join(timeout=5)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+            _LIVE.discard(p)
 
 
 async def sharded_closed_loop(

@@ -15,10 +15,12 @@ import contextlib
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -31,7 +33,7 @@ from pytest_llmperf.core.server_probe import ServerKind
 from pytest_llmperf.launch import reaper
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
-from pytest_llmperf.launch.ports import free_port, port_is_free
+from pytest_llmperf.launch.ports import PortClaim, claim_port, port_is_free
 from pytest_llmperf.launch.readiness import HEALTH_ROUTES, discover, http_client, poll_ready
 from pytest_llmperf.launch.reaper import (
     DEFAULT_GRACE_S,
@@ -65,6 +67,16 @@ PORT_ATTEMPTS = 3
 TAIL_LINES_IN_ERRORS = 30
 _PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 _OWNED_FLAGS = ("--host", "--port", "--model-path", "--model", "--api-key")
+# Secrets of this plugin found in its own environment: a launched server is never given them
+# (it gets its key, if any, through --api-key), and its log is scrubbed of them.
+SECRET_ENV_VARS = ("LLMPERF_API_KEY",)
+
+
+def known_secrets(api_key: str | None, extra: tuple[str | None, ...] = ()) -> list[str]:
+    """Every secret a server log must not keep: the launch's key, ``extra``, and the values
+    of ``SECRET_ENV_VARS`` in this process's environment."""
+    found = [api_key, *extra, *(os.environ.get(name) for name in SECRET_ENV_VARS)]
+    return list(dict.fromkeys(s for s in found if s))
 
 
 class LaunchError(LLMPerfError, RuntimeError):
@@ -112,6 +124,22 @@ def _read_tail(path: Path | None, n: int, secret: str | None) -> str:
     return redact("\n".join(lines[-n:]), secret)
 
 
+def _answers(host: str, port: int) -> bool:
+    """Whether something accepts connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _command(proc: object) -> str:
+    try:
+        return " ".join(proc.cmdline())[:120]  # type: ignore[attr-defined]
+    except Exception:  # exited meanwhile
+        return "?"
+
+
 def live_servers() -> list[ServerHandle]:
     """Servers launched by this process and not yet stopped."""
     return [h for h in reaper.live() if isinstance(h, ServerHandle)]
@@ -138,6 +166,7 @@ class ServerHandle:
         argv: list[str] | None = None,
         gpu_ids: list[int] | None = None,
         grace_s: float = DEFAULT_GRACE_S,
+        secrets: list[str] | None = None,
     ) -> None:
         self.url = url
         self.mode: Mode = mode
@@ -146,6 +175,9 @@ class ServerHandle:
         self.gpu_ids = gpu_ids
         self.grace_s = grace_s
         self._api_key = api_key
+        self._secrets = [s for s in (secrets or [api_key or ""]) if s]
+        self._port_claim: PortClaim | None = None
+        self._tag: str | None = None
         self._proc = proc
         self._argv = argv or []
         self._lock = threading.RLock()
@@ -185,7 +217,10 @@ class ServerHandle:
 
     def log_tail(self, n: int = 40) -> str:
         """The last ``n`` lines of the server log (API key redacted); "" when attached."""
-        return _read_tail(self.log_path, n, self._api_key)
+        tail = _read_tail(self.log_path, n, None)
+        for secret in self._secrets:
+            tail = redact(tail, secret)
+        return tail
 
     def close(self, grace_s: float | None = None) -> int | None:
         """Stop the server and its process group (no-op when attached or already closed).
@@ -200,11 +235,14 @@ class ServerHandle:
             try:
                 if proc is not None:
                     grace = self.grace_s if grace_s is None else grace_s
-                    self.exit_code = stop_group(proc, grace)
+                    self.exit_code = stop_group(proc, grace, self._tag)
                     WATCHDOG.send({"op": "remove", "pgid": proc.pid})
-                    if self._api_key and self.log_path is not None:
-                        scrub_file(self.log_path, self._api_key)
+                    if self.log_path is not None:
+                        for secret in self._secrets:
+                            scrub_file(self.log_path, secret)
             finally:
+                if self._port_claim is not None:
+                    self._port_claim.release()
                 unregister(self)
             return self.exit_code
 
@@ -271,6 +309,7 @@ def launch(
     api_key: str | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     port_range: tuple[int, int] | None = None,
+    secrets: tuple[str | None, ...] = (),
 ) -> ServerHandle:
     """Start ``config``'s server and return when it is ready.
 
@@ -284,6 +323,7 @@ def launch(
     one is picked (from ``port_range`` if given) and, if another process takes it first, the
     launch is retried on another port (up to 3 tries). Raises ``ServerStartError`` with the exit
     code, log path and log tail when the server exits or stays unhealthy past the timeout.
+    ``secrets`` (e.g. the session's key for attached servers) are scrubbed from the log too.
     """
     if require_real and simulate:
         raise LaunchError("simulate=True and require_real=True contradict each other")
@@ -310,7 +350,10 @@ def launch(
         health_routes = HEALTH_ROUTES if own_command else ("/health_generate",)
     timeout = config.launch_timeout_s if health_timeout_s is None else health_timeout_s
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **config.env}
+    inherited = {k: v for k, v in os.environ.items() if k not in SECRET_ENV_VARS}
+    env = {**inherited, "PYTHONUNBUFFERED": "1", **config.env}
+    scrub = known_secrets(api_key, secrets)
+    tag = env[reaper.TAG_ENV_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
     if gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices_value(
             gpu_ids, env.get("CUDA_VISIBLE_DEVICES")
@@ -323,9 +366,10 @@ def launch(
     deadline = start + timeout
     for attempt in range(1, PORT_ATTEMPTS + 1):
         try:
-            chosen = port if port is not None else free_port(host, port_range)
+            claim = PortClaim(port, None) if port is not None else claim_port(host, port_range)
         except OSError as exc:
             raise LaunchError(f"server config {config.name!r}: {exc}") from None
+        chosen = claim.port
         if own_command:
             # The key, if any, is the command's business (never substituted into argv here).
             argv = config.launch_argv(host=host, port=chosen)
@@ -348,7 +392,10 @@ def launch(
             argv=argv,
             gpu_ids=gpu_ids,
             grace_s=grace_s,
+            secrets=scrub,
         )
+        handle._port_claim = claim  # held while the server runs, released by close()
+        handle._tag = tag
         with log_path.open("ab") as log:
             cvd = env.get("CUDA_VISIBLE_DEVICES")
             log.write(
@@ -372,6 +419,7 @@ def launch(
                 where = (
                     ".command[0]" if own_command else ".python" if argv[0] == config.python else ""
                 )
+                claim.release()
                 raise LaunchError(
                     f"server config {config.name!r}{where}: cannot start {argv[0]}: {exc}"
                 ) from None
@@ -383,7 +431,8 @@ def launch(
                 "pgid": proc.pid,
                 "grace": grace_s,
                 "log": str(log_path),
-                "secret": api_key or "",
+                "secrets": scrub,
+                "tag": tag,
             }
         )
         try:
@@ -402,6 +451,10 @@ def launch(
         elapsed = time.monotonic() - start
         tail = handle.log_tail(TAIL_LINES_IN_ERRORS)
         port_taken = any(m in tail.lower() for m in _PORT_TAKEN_MARKERS)
+        # A command that daemonizes its server exits while the server it forked runs on.
+        left = [] if rc is None else [p for p in reaper.tagged(tag) if p.pid != proc.pid]
+        left_text = ", ".join(f"pid {p.pid} ({_command(p)})" for p in left)
+        answering = rc is not None and not port_taken and _answers(host, chosen)
         handle.close(grace_s=grace_s)
         if rc is not None and rc != 0 and port_taken and port is None and attempt < PORT_ATTEMPTS:
             with log_path.open("ab") as log:
@@ -415,13 +468,21 @@ def launch(
             what = f"exited with code {rc} after {elapsed:.1f} s"
         if port_taken:
             what += f"; port {chosen} was already in use"
-        message = redact(
+        elif left or answering:
+            parts = [f"port {chosen} still answered"] if answering else []
+            parts += [f"it left running {left_text} (stopped now)"] if left else []
+            what += (
+                f", but {' and '.join(parts)}; a launched command must run its server in the"
+                " foreground, not daemonize it"
+            )
+        message = (
             f"{mode} server {config.name!r} ({url}) {what}.\n"
             f"  log: {log_path}\n"
             f"  last {TAIL_LINES_IN_ERRORS} log lines:\n"
-            + "\n".join(f"    {line}" for line in tail.splitlines()),
-            api_key,
+            + "\n".join(f"    {line}" for line in tail.splitlines())
         )
+        for secret in scrub:
+            message = redact(message, secret)
         raise ServerStartError(
             message,
             exit_code=rc if rc is not None else handle.exit_code,

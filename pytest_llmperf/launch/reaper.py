@@ -13,8 +13,8 @@ Why it is built this way:
   or being re-parented, means the parent died, and the watchdog stops the registered groups.
   This covers the server's grandchildren too, unlike ``PR_SET_PDEATHSIG`` (which is per thread
   and per direct child).
-- SGLang prints its server args (API key included) at startup, so a log file is scrubbed of the
-  key when the server stops (by us or by the watchdog).
+- SGLang prints its server args (API key included) at startup, so a log file is scrubbed of every
+  known secret when the server stops (by us or by the watchdog).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import psutil
 
 __all__ = [
     "DEFAULT_GRACE_S",
+    "TAG_ENV_VAR",
+    "tagged",
     "WATCHDOG",
     "Stoppable",
     "descendants",
@@ -51,6 +53,10 @@ __all__ = [
 ]
 
 DEFAULT_GRACE_S = 15.0
+# Set to a per-launch value in a server's environment: a process that left the group and the
+# tree (setsid, a daemon's double fork re-parents it to init) still carries it, so teardown
+# and the watchdog find everything the launch started.
+TAG_ENV_VAR = "LLMPERF_LAUNCH_TAG"
 _KILL_WAIT_S = 5.0
 _REDACTED = "***"
 
@@ -109,16 +115,31 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def tagged(tag: str | None) -> list[psutil.Process]:
+    """Live processes whose environment carries ``TAG_ENV_VAR=tag``."""
+    if not tag:
+        return []
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TAG_ENV_VAR) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
 def _killpg(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
-    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left (group and
-    escaped descendants); returns the leader's exit code (None if it could not be reaped)."""
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float, tag: str | None = None) -> int | None:
+    """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left (group, escaped
+    descendants, and processes carrying ``tag``); returns the leader's exit code (None if it
+    could not be reaped)."""
     pgid = proc.pid  # start_new_session makes the leader's pid the group id
-    tracked = {p.pid: p for p in descendants(proc.pid)}
+    tracked = {p.pid: p for p in [*descendants(proc.pid), *tagged(tag)]}
     _killpg(pgid, signal.SIGTERM)
     for p in tracked.values():  # descendants that left the group (setsid) get it too
         with contextlib.suppress(psutil.Error, OSError):
@@ -181,22 +202,33 @@ def _watchdog_main() -> None:
                 return
     if not groups:
         return
+
+    def escaped() -> list[psutil.Process]:
+        return [p for m in groups.values() for p in tagged(m.get("tag"))]
+
     for pgid in groups:
         _killpg(pgid, signal.SIGTERM)
+    for p in escaped():
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
     deadline = time.monotonic() + max(
         float(m.get("grace", DEFAULT_GRACE_S)) for m in groups.values()
     )
-    while time.monotonic() < deadline and any(_group_members(g) for g in groups):
+    while time.monotonic() < deadline and (any(_group_members(g) for g in groups) or escaped()):
         time.sleep(0.1)
     for pgid in groups:
         _killpg(pgid, signal.SIGKILL)
         for p in _group_members(pgid):
             with contextlib.suppress(psutil.Error):
                 p.kill()
+    for p in escaped():
+        with contextlib.suppress(psutil.Error):
+            p.kill()
     time.sleep(0.2)  # let the kernel finish the kills before rewriting logs
     for msg in groups.values():
-        if msg.get("secret") and msg.get("log"):
-            scrub_file(Path(msg["log"]), msg["secret"])
+        for secret in msg.get("secrets", []):
+            if secret and msg.get("log"):
+                scrub_file(Path(msg["log"]), secret)
 
 
 def _import_path() -> str:

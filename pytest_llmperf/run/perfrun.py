@@ -310,7 +310,7 @@ class PerfRun:
                         require_real=self.require_real,
                         gpu_ids=plan.ids,
                         health_timeout_s=self.launch_timeout_s,
-                        port_range=gpus.port_range_for_worker(gpus.worker_index(self.env)),
+                        secrets=(reveal(self.api_key),),
                     )
             except (LaunchError, ValueError) as exc:
                 state.error = f"config {config!r}: server did not start: {exc}"

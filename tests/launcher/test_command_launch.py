@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.run.ab import ABRun
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import suite_from_data
-from tests.launcher._helpers import is_alive
+from tests.launcher._helpers import is_alive, wait_dead
 
 HTTP_SERVER = [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"]
 
@@ -144,3 +145,60 @@ def test_llama_server_ab_relaunches_both_every_round_and_sees_a_slot_cap(tmp_pat
     pairs = [(o, n) for o, n in zip(old, new, strict=True) if math.isfinite(o + n)]
     assert len(pairs) >= 2 and all(n < o for o, n in pairs), (old, new)
     assert ab.result(4).change < 0
+
+
+PRINT_ENV_THEN_SERVE = (
+    "import os, sys, runpy; print(sorted(os.environ.items()), flush=True); "
+    "sys.argv = ['http.server', sys.argv[1], '--bind', sys.argv[2]]; "
+    "runpy.run_module('http.server', run_name='__main__')"
+)
+
+
+def test_the_session_key_is_not_inherited_and_no_secret_stays_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_key, session_key = "sk-env-7f3c19", "sk-cli-9d2e44"
+    monkeypatch.setenv("LLMPERF_API_KEY", env_key)
+    # The wrapper prints its environment, and the session key is in its own env by the
+    # config's choice: both are scrubbed from the log; LLMPERF_API_KEY is never passed on.
+    cfg = ServerConfig(
+        name="wrapper",
+        model="none",
+        command=(sys.executable, "-c", PRINT_ENV_THEN_SERVE, "{port}", "{host}"),
+        env={"WRAPPER_TOKEN": session_key},
+        health="/",
+        launch_timeout_s=30,
+    )
+    with launch(cfg, log_dir=tmp_path, secrets=(session_key,)) as handle:
+        assert handle.log_path is not None
+        deadline = time.monotonic() + 10
+        while "WRAPPER_TOKEN" not in handle.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "LLMPERF_API_KEY" not in handle.log_path.read_text()
+        assert "WRAPPER_TOKEN" in handle.log_path.read_text()
+        assert session_key not in handle.log_tail(5)
+    text = handle.log_path.read_text()
+    assert session_key not in text and env_key not in text and "'***'" in text
+
+
+DAEMONIZING = Path(__file__).parent / "fixtures" / "daemonizing_server.py"
+
+
+def test_a_command_that_daemonizes_its_server_is_an_error_and_the_daemon_is_stopped(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "daemon.pid"
+    cfg = ServerConfig(
+        name="daemon",
+        model="none",
+        command=(sys.executable, str(DAEMONIZING), "{port}", "{host}", str(pid_file)),
+        health="/",
+        launch_timeout_s=30,
+    )
+    with pytest.raises(ServerStartError, match=r"exited with code 0") as info:
+        launch(cfg, log_dir=tmp_path / "logs")
+    text = str(info.value)
+    assert pid_file.exists()
+    daemon = int(pid_file.read_text())
+    assert f"left running pid {daemon}" in text and "foreground, not daemonize" in text
+    assert wait_dead([daemon], 10.0) == []

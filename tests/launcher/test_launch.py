@@ -19,6 +19,7 @@ from pytest_llmperf.launch.launcher import (
     attach,
     launch,
 )
+from pytest_llmperf.launch.ports import PortClaim, free_port
 from pytest_llmperf.launch.server_config import ServerConfig
 
 from ._helpers import child_pid_from_log, fake_config, is_alive, wait_dead
@@ -103,10 +104,15 @@ def test_port_taken_is_retried_on_another_port(
 ) -> None:
     with _listening_socket() as taken:
         taken_port = taken.getsockname()[1]
-        real_free_port = launcher.free_port
+        real_claim = launcher.claim_port
         ports = iter([taken_port])
+        # A process outside pytest-llmperf takes the port between our check and the launch.
         monkeypatch.setattr(
-            launcher, "free_port", lambda host, rng=None: next(ports, None) or real_free_port(host)
+            launcher,
+            "claim_port",
+            lambda host, rng=None: (
+                PortClaim(p, None) if (p := next(ports, 0)) else real_claim(host)
+            ),
         )
         with launch(fake_config("healthy"), log_dir=tmp_path, simulate=False) as handle:
             assert not handle.url.endswith(f":{taken_port}")
@@ -118,7 +124,9 @@ def test_port_taken_is_retried_on_another_port(
 def test_port_taken_every_time_gives_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with _listening_socket() as taken:
         taken_port = taken.getsockname()[1]
-        monkeypatch.setattr(launcher, "free_port", lambda host, rng=None: taken_port)
+        monkeypatch.setattr(
+            launcher, "claim_port", lambda host, rng=None: PortClaim(taken_port, None)
+        )
         with pytest.raises(ServerStartError, match=f"port {taken_port} was already in use"):
             launch(fake_config("healthy"), log_dir=tmp_path, simulate=False)
         with pytest.raises(LaunchError, match=f"port {taken_port} on 127.0.0.1 is in use"):
@@ -133,11 +141,13 @@ def test_simulator_on_a_taken_port_says_so_and_is_retried(tmp_path: Path) -> Non
         start = taken.getsockname()[1]
         cfg = ServerConfig(name="sim", model="sim/qwen-moe")
         rng = (start, start + 50)
-        real_free_port = launcher.free_port
-        first = iter([start])  # hand out the taken port once, as a racing session would
-        picks = lambda host, r=None: next(first, None) or real_free_port(host, r)  # noqa: E731
+        real_claim = launcher.claim_port
+        first = iter([start])  # hand out the taken port once, as a racing process would
+        picks = lambda host, r=None: (  # noqa: E731
+            PortClaim(p, None) if (p := next(first, 0)) else real_claim(host, r)
+        )
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(launcher, "free_port", picks)
+            mp.setattr(launcher, "claim_port", picks)
             with launch(cfg, log_dir=tmp_path, simulate=True, port_range=rng) as handle:
                 assert not handle.url.endswith(f":{start}")
                 assert handle.log_path is not None
@@ -241,7 +251,7 @@ def test_attach_failures(tmp_path: Path) -> None:
 
 def test_attach_to_unhealthy() -> None:
     # A server stuck at 503 (e.g. still warming up) is not attachable; started by hand here.
-    port = launcher.free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     env = {**os.environ, **fake_config("never").env}
     argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)

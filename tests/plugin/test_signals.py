@@ -185,3 +185,57 @@ def test_crashing_xdist_worker_leaves_no_server(pytester: pytest.Pytester, tmp_p
             "*KeyboardInterrupt*",
         ]
     )
+
+
+def shards_of(pid: int) -> list[psutil.Process] | None:
+    """pytest's client-shard processes (multiprocessing spawn children), once two run."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    shards = [kid for kid in kids if "spawn_main" in command_of(kid)]
+    return shards if len(shards) >= 2 else None
+
+
+def command_of(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:  # exited (or a zombie) meanwhile
+        return ""
+
+
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"]
+)
+def test_signal_to_pytest_with_client_processes_leaves_nothing(
+    pytester: pytest.Pytester, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Shards, the resource tracker, the server and the watchdog: everything pytest started
+    is gone promptly after the signal (ps shows nothing of the session)."""
+    with (tmp_path / "pytest-output.txt").open("w+b") as output:
+        proc = start(
+            pytester,
+            output,
+            "-k",
+            "plain",
+            "--llmperf-levels",
+            "4",
+            "--llmperf-client-processes",
+            "2",
+        )
+        try:
+            wait_for("the server to measure", START_TIMEOUT_S, lambda: measuring(pytester.path, 1))
+            wait_for("two client processes", START_TIMEOUT_S, lambda: shards_of(proc.pid))
+            session = psutil.Process(proc.pid).children(recursive=True) + watchdogs_of(proc.pid)
+            assert any("resource_tracker" in command_of(p) for p in session)
+            t0 = time.monotonic()
+            proc.send_signal(sig)
+            proc.wait(timeout=CLEANUP_TIMEOUT_S)
+            _, alive = psutil.wait_procs(session, timeout=CLEANUP_TIMEOUT_S)
+            elapsed = time.monotonic() - t0
+            assert not alive, f"outlived pytest after {sig.name}: {[command_of(p) for p in alive]}"
+        finally:
+            stop(proc)
+    print(f"{sig.name} with 2 client processes: everything gone {elapsed:.1f} s after it")
+    # The level's requests take half a minute each: a prompt stop is far below that.
+    assert elapsed < 20.0
