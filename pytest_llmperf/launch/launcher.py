@@ -124,6 +124,31 @@ def _read_tail(path: Path | None, n: int, secret: str | None) -> str:
     return redact("\n".join(lines[-n:]), secret)
 
 
+# Lines a server prints early about its own limits, which a long traceback pushes out of the
+# tail (SGLang: "Max running requests is reset to 48 for speculative decoding.").
+_NOTABLE_MARKERS = ("is reset to", "out of memory", "not enough memory", "not supported")
+_NOTABLE_SCAN_BYTES = 4 * 1024 * 1024
+
+
+def _notable_lines(path: Path, tail: str, limit: int = 5) -> list[str]:
+    """Up to ``limit`` lines of the log's start that name a limit and are not in ``tail``."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(_NOTABLE_SCAN_BYTES)
+    except OSError:
+        return []
+    out: list[str] = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        if line.startswith("# llmperf:"):
+            continue  # the launcher's own header (the command line)
+        if any(m in line.lower() for m in _NOTABLE_MARKERS) and line not in tail:
+            if line.strip() not in out:
+                out.append(line.strip())
+            if len(out) >= limit:
+                break
+    return out
+
+
 def _answers(host: str, port: int) -> bool:
     """Whether something accepts connections on ``host:port``."""
     try:
@@ -475,10 +500,13 @@ def launch(
                 f", but {' and '.join(parts)}; a launched command must run its server in the"
                 " foreground, not daemonize it"
             )
+        notable = _notable_lines(log_path, tail)
         message = (
             f"{mode} server {config.name!r} ({url}) {what}.\n"
             f"  log: {log_path}\n"
-            f"  last {TAIL_LINES_IN_ERRORS} log lines:\n"
+            + ("  earlier, the server said:\n" if notable else "")
+            + "".join(f"    {line}\n" for line in notable)
+            + f"  last {TAIL_LINES_IN_ERRORS} log lines:\n"
             + "\n".join(f"    {line}" for line in tail.splitlines())
         )
         for secret in scrub:

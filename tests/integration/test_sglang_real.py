@@ -297,5 +297,7 @@ def test_speculative_flags_on_cpu_show_the_servers_own_error(tmp_path: Path) -> 
     assert "EAGLE is not supported" in out, out  # the server's own error, from the log tail
     logs = list((tmp_path / "llmperf-results" / "logs").glob("eagle-*.log"))
     assert len(logs) == 1 and str(logs[0]) in out, out  # the message names the full log
-    # SGLang's cap reset is in that log, before the traceback that fills the tail
+    # SGLang's cap reset comes before the traceback that fills the tail: the message says it too
     assert "Max running requests is reset to 48" in logs[0].read_text()
+    assert "earlier, the server said:" in out, out
+    assert "Max running requests is reset to 48" in out, out

@@ -202,3 +202,21 @@ def test_a_command_that_daemonizes_its_server_is_an_error_and_the_daemon_is_stop
     daemon = int(pid_file.read_text())
     assert f"left running pid {daemon}" in text and "foreground, not daemonize" in text
     assert wait_dead([daemon], 10.0) == []
+
+
+def test_a_limit_the_server_printed_before_its_traceback_is_in_the_error(tmp_path: Path) -> None:
+    """SGLang prints "Max running requests is reset to 48" early; the traceback of its exit
+    fills the log tail. The error names that line under "earlier, the server said"."""
+    script = (
+        "print('Max running requests is reset to 48 for speculative decoding.', flush=True)\n"
+        "for i in range(80): print('  File \"x.py\", line', i, 'in f', flush=True)\n"
+        "raise SystemExit(1)\n"
+    )
+    cfg = ServerConfig(name="spec", model="m", command=(sys.executable, "-c", script, "{port}"))
+    with pytest.raises(ServerStartError) as info:
+        launch(cfg, log_dir=tmp_path, health_timeout_s=20.0)
+    text = str(info.value)
+    assert "exited with code 1" in text
+    head, _, tail = text.partition("last ")
+    assert "earlier, the server said:\n    Max running requests is reset to 48" in head
+    assert "reset to 48" not in tail  # it was pushed out of the tail: said once, above it
