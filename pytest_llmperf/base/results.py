@@ -213,7 +213,11 @@ class ClientHealth(_Model):
     # What one client process costs and can take on this level's stream (None: no tokens)
     cpu_us_per_output_token: float | None = None
     output_tok_s_ceiling: float | None = None  # one process at the CPU limit
-    processes_needed: int | None = None  # set when saturated: shard over at least this many
+    processes_needed: int | None = None  # set when the client's own CPU saturated it
+    # The whole machine over the level: busy share of all its CPUs (100 = every core busy).
+    # With a lagging loop and an idle client, it shows that other processes held the CPU.
+    system_cpu_percent: float | None = None
+    cpus: int | None = None
 
 
 class RequestDetails(_Model):
