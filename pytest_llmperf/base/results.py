@@ -313,6 +313,9 @@ class LevelResult(_Model):
     schedule_lag_p99_ms: float | None = None
     # Requests re-sent once on a new connection because a pooled keep-alive one was dead.
     connection_retries: int = 0
+    # Share of the ITL gaps that came from several SSE events in one network read: the client
+    # read late and stamped them alike (None: no gaps). Mostly coalesced: ITL is not measured.
+    coalesced_itl_share: float | None = None
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # distinct messages, capped
     client: ClientHealth | None = None

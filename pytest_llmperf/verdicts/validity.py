@@ -52,6 +52,9 @@ class ValidityPolicy(BaseModel):
     # The client is the bottleneck above these (core/monitor.py's defaults).
     loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
     cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
+    # Above this share of ITL gaps from one network read, the median gap is the client's read
+    # pattern (0 ms when events pile up), not the server's pace.
+    max_coalesced_itl_share: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
 def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
@@ -197,6 +200,15 @@ def check_level(
     saturation = _saturation(client, policy) if client is not None else None
     if client is not None and saturation is not None:
         reasons.append(_client_reason(client, saturation, level))
+
+    share = level.coalesced_itl_share
+    if share is not None and share > policy.max_coalesced_itl_share and level.completed > 0:
+        reasons.append(
+            f"ITL is not measured: {100 * share:.0f} % of the inter-token gaps came from several "
+            "SSE events in one network read (the client read late and stamped them alike; "
+            f"allowed {100 * policy.max_coalesced_itl_share:g} %), so ITL p50 "
+            f"{level.median_itl_ms or 0:.2f} ms describes the client, not the server"
+        )
 
     if level.completed == 0:
         reasons.append(f"no request completed ({level.failed} of {level.num_requests} failed)")
