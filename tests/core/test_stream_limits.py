@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.sse import SSEDecoder
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -70,3 +71,46 @@ def test_endless_event_fails_the_request_not_the_process() -> None:
 
     error = asyncio.run(main())
     assert error is not None and "grew past 16 MiB" in error
+
+
+@contextlib.asynccontextmanager
+async def stalling_server(events: int) -> AsyncIterator[str]:
+    """Sends ``events`` token events, then nothing, with the connection held open."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(HEAD)
+            for ct in range(1, events + 1):
+                writer.write(_chunk(b'data: {"meta_info": {"completion_tokens": %d}}\n\n' % ct))
+            await writer.drain()
+            await reader.read()  # the client's close
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("events", [0, 3])
+def test_a_stalled_stream_fails_at_the_idle_timeout_not_the_deadline(events: int) -> None:
+    async def main() -> RequestRecord:
+        async with stalling_server(events) as url:
+            async with LoadGenerator(
+                url, "sglang", request_timeout_s=600, idle_timeout_s=0.4
+            ) as gen:
+                return await gen.request(0, [1, 2, 3], 8)
+
+    rec = asyncio.run(main())
+    assert rec.error == (
+        f"the stream stalled: no event for 0.4s after {events} tokens (idle-read timeout)"
+    )
+    assert rec.e2e < 60  # far from the 600 s deadline
+
+
+def test_the_idle_timeout_never_exceeds_the_request_deadline() -> None:
+    gen = LoadGenerator("http://127.0.0.1:1", request_timeout_s=5)
+    assert gen.idle_timeout_s == 5
