@@ -40,6 +40,7 @@ from pytest_llmperf.core.stream_parsers import (
     short_error,
 )
 from pytest_llmperf.core.transport import Exchange, StreamPool
+from pytest_llmperf.core.workload import fold_ids
 
 BACKEND_PATHS: dict[str, str] = {
     "sglang": "/generate",
@@ -286,6 +287,9 @@ class LoadGenerator:
         self.request_timeout_s = request_timeout_s
         self.idle_timeout_s = min(idle_timeout_s, request_timeout_s)
         self._inflight: dict[int, _Watch] = {}
+        # Set by the sweep when the served model's vocabulary is known and smaller than the
+        # prompt ids: bodies then fold them into it (core/workload.py).
+        self.vocab_size: int | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self._api_key = api_key
         self._path = BACKEND_PATHS[backend]
@@ -400,6 +404,8 @@ class LoadGenerator:
         return str(data[0]["id"])
 
     def body(self, prompt: Sequence[int] | str, output_len: int) -> bytes:
+        if self.vocab_size is not None and not isinstance(prompt, str):
+            prompt = fold_ids(prompt, self.vocab_size)
         return request_body(
             self.backend,
             prompt,
