@@ -322,6 +322,13 @@ SETTINGS: tuple[Setting, ...] = (
         "client CPU in % of one core above which a level is invalid (client saturated)",
     ),
     Setting(
+        "coalesced_limit",
+        parse_unit_float,
+        0.5,
+        "share of ITL gaps from one network read (events the client read together) above "
+        "which a level is invalid",
+    ),
+    Setting(
         "openai_extensions",
         parse_bool,
         True,

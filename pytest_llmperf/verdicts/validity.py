@@ -66,6 +66,7 @@ def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
         hit_rate_slack=get("hit_rate_slack"),
         loop_lag_p99_limit_ms=get("loop_lag_limit"),
         cpu_percent_limit=get("cpu_limit"),
+        max_coalesced_itl_share=get("coalesced_limit"),
     )
 
 
