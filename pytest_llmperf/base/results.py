@@ -213,7 +213,11 @@ class ClientHealth(_Model):
     # What one client process costs and can take on this level's stream (None: no tokens)
     cpu_us_per_output_token: float | None = None
     output_tok_s_ceiling: float | None = None  # one process at the CPU limit
-    processes_needed: int | None = None  # set when saturated: shard over at least this many
+    processes_needed: int | None = None  # set when the client's own CPU saturated it
+    # The whole machine over the level: busy share of all its CPUs (100 = every core busy).
+    # With a lagging loop and an idle client, it shows that other processes held the CPU.
+    system_cpu_percent: float | None = None
+    cpus: int | None = None
 
 
 class RequestDetails(_Model):
@@ -309,6 +313,9 @@ class LevelResult(_Model):
     schedule_lag_p99_ms: float | None = None
     # Requests re-sent once on a new connection because a pooled keep-alive one was dead.
     connection_retries: int = 0
+    # Share of the ITL gaps that came from several SSE events in one network read: the client
+    # read late and stamped them alike (None: no gaps). Mostly coalesced: ITL is not measured.
+    coalesced_itl_share: float | None = None
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)  # distinct messages, capped
     client: ClientHealth | None = None

@@ -30,6 +30,27 @@ def parse_positive_int(text: Any) -> int:
     return value
 
 
+# Upper bounds of what a run can mean. Above them a typo (one zero too many) would build
+# prompts until memory runs out instead of failing at once with the field named.
+MAX_CONCURRENCY = 65_536  # requests in flight at one level
+MAX_REQUESTS = 1_000_000  # requests per level
+MAX_TOKENS_PER_REQUEST = 4_194_304  # prompt or output tokens of one request (4 Mi)
+
+
+def _at_most(limit: int, what: str) -> Callable[[Any], int]:
+    def parse(text: Any) -> int:
+        value = parse_positive_int(text)
+        if value > limit:
+            raise ValueError(f"{value} is more {what} than this tool supports (at most {limit:,})")
+        return value
+
+    return parse
+
+
+parse_token_count = _at_most(MAX_TOKENS_PER_REQUEST, "tokens per request")
+parse_request_count = _at_most(MAX_REQUESTS, "requests per level")
+
+
 def parse_nonneg_int(text: Any) -> int:
     value = text if isinstance(text, int) and not isinstance(text, bool) else parse_int(str(text))
     if value < 0:
@@ -104,6 +125,11 @@ def parse_levels(text: Any) -> tuple[int, ...]:
             raise ValueError(
                 f"concurrency level {item!r} is not a positive whole number (e.g. 1,4,16)"
             ) from None
+        if level > MAX_CONCURRENCY:
+            raise ValueError(
+                f"concurrency level {level} is more requests in flight than this tool supports "
+                f"(at most {MAX_CONCURRENCY:,})"
+            )
         if level not in levels:
             levels.append(level)
     return tuple(levels)
@@ -206,6 +232,8 @@ def check_metric(name: str) -> str:
 
 # Field types for the file formats (pydantic), so each file checks a value the same way.
 MetricName = Annotated[str, AfterValidator(check_metric)]
+TokenCountField = Annotated[int, BeforeValidator(parse_token_count)]
+RequestCountField = Annotated[int, BeforeValidator(parse_request_count)]
 LevelsField = Annotated[
     tuple[int, ...] | None, BeforeValidator(lambda v: None if v is None else parse_levels(v))
 ]

@@ -16,6 +16,7 @@ any parsing), and is handed to a parser in ``stream_parsers.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import time
@@ -39,6 +40,7 @@ from pytest_llmperf.core.stream_parsers import (
     short_error,
 )
 from pytest_llmperf.core.transport import Exchange, StreamPool
+from pytest_llmperf.core.workload import fold_ids
 
 BACKEND_PATHS: dict[str, str] = {
     "sglang": "/generate",
@@ -46,6 +48,9 @@ BACKEND_PATHS: dict[str, str] = {
     "openai-chat": "/v1/chat/completions",
 }
 CONNECT_TIMEOUT_S = 10.0
+# A stream with no new event for this long (or the request's deadline, if shorter) has stalled:
+# it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees.
+IDLE_READ_TIMEOUT_S = 60.0
 WRITE_TIMEOUT_S = 30.0
 # Measured streams: aiohttp's own 64 KiB. With a bigger buffer aiohttp calls resume_reading()
 # for every HTTP chunk it hands over (it does so whenever less than the buffer size is queued),
@@ -241,6 +246,19 @@ def request_body(
     return orjson.dumps(body)
 
 
+class _Watch:
+    """A request in flight, as the idle watchdog sees it."""
+
+    __slots__ = ("deadline", "events", "idle", "rec", "since")
+
+    def __init__(self, rec: RequestRecord, deadline: asyncio.Timeout) -> None:
+        self.rec = rec
+        self.deadline = deadline
+        self.events = -1  # the record's event count when last seen
+        self.since = time.perf_counter()
+        self.idle = False  # the watchdog ended it
+
+
 class LoadGenerator:
     """One HTTP session plus one backend's request format; ``request()`` measures one request.
 
@@ -257,6 +275,7 @@ class LoadGenerator:
         model: str | None = None,
         temperature: float = 0.0,
         extensions: bool = True,
+        idle_timeout_s: float = IDLE_READ_TIMEOUT_S,
     ) -> None:
         if backend not in BACKEND_PATHS:
             raise ValueError(f"unknown backend {backend!r}; choose one of {sorted(BACKEND_PATHS)}")
@@ -266,6 +285,12 @@ class LoadGenerator:
         self.temperature = temperature
         self.extensions = extensions
         self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = min(idle_timeout_s, request_timeout_s)
+        self._inflight: dict[int, _Watch] = {}
+        # Set by the sweep when the served model's vocabulary is known and smaller than the
+        # prompt ids: bodies then fold them into it (core/workload.py).
+        self.vocab_size: int | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self._api_key = api_key
         self._path = BACKEND_PATHS[backend]
         self._url = URL(self.base_url + self._path)  # parsed once, not per request
@@ -290,6 +315,7 @@ class LoadGenerator:
         self._http = make_http_client(
             self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s
         )
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
         if self.backend != "sglang" and self.model is None:
             try:
                 self.model = await self.resolve_model()
@@ -299,6 +325,11 @@ class LoadGenerator:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watchdog
+            self._watchdog = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -311,6 +342,24 @@ class LoadGenerator:
         if self._fresh_session is not None:
             await self._fresh_session.close()
             self._fresh_session = None
+
+    async def _watch_idle(self) -> None:
+        """End every request that received no event for ``idle_timeout_s``.
+
+        One task for all requests, checking a quarter of the timeout apart: nothing runs per
+        read (the hot path), and a stall is caught within 1.25 times the timeout.
+        """
+        step = self.idle_timeout_s / 4
+        loop = asyncio.get_running_loop()
+        while True:  # cancelled by __aexit__
+            await asyncio.sleep(step)
+            now = time.perf_counter()
+            for w in list(self._inflight.values()):  # bounded by the requests in flight
+                if w.rec.events != w.events:
+                    w.events, w.since = w.rec.events, now
+                elif now - w.since >= self.idle_timeout_s and not w.idle:
+                    w.idle = True
+                    w.deadline.reschedule(loop.time())
 
     @property
     def api_key(self) -> str | None:
@@ -355,6 +404,8 @@ class LoadGenerator:
         return str(data[0]["id"])
 
     def body(self, prompt: Sequence[int] | str, output_len: int) -> bytes:
+        if self.vocab_size is not None and not isinstance(prompt, str):
+            prompt = fold_ids(prompt, self.vocab_size)
         return request_body(
             self.backend,
             prompt,
@@ -382,8 +433,10 @@ class LoadGenerator:
         )
         rec.t_send = time.perf_counter()
         attempt = _Attempt()
+        watch: _Watch | None = None
         try:
-            async with asyncio.timeout(self.request_timeout_s):
+            async with asyncio.timeout(self.request_timeout_s) as deadline:
+                watch = self._inflight[id(rec)] = _Watch(rec, deadline)
                 try:
                     await self._attempt(rec, payload, attempt, fresh=False)
                 except aiohttp.ClientError as e:
@@ -401,9 +454,17 @@ class LoadGenerator:
         except aiohttp.ClientError as e:  # before TimeoutError: a read timeout is both
             rec.fail(_cut_message(rec, e))
         except TimeoutError:
-            rec.fail(f"request exceeded its total deadline of {self.request_timeout_s:g}s")
+            if watch is not None and watch.idle:
+                rec.fail(
+                    f"the stream stalled: no event for {self.idle_timeout_s:g}s after "
+                    f"{rec.output_tokens} tokens (idle-read timeout)"
+                )
+            else:
+                rec.fail(f"request exceeded its total deadline of {self.request_timeout_s:g}s")
         except (OSError, ValueError) as e:  # ValueError: orjson.JSONDecodeError
             rec.fail(_cut_message(rec, e))
+        finally:
+            self._inflight.pop(id(rec), None)
         if not rec.ok:
             rec.e2e = time.perf_counter() - rec.t_send if math.isnan(rec.e2e) else rec.e2e
         return rec

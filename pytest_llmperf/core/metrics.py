@@ -223,6 +223,7 @@ def compute_level(
         schedule_lag_p99_ms=summarize_ms(lags)["p99"] if lags else None,
         goodput=goodput(records, slo, dur) if slo and slo.has_request_limits else None,
         connection_retries=sum(r.retries for r in records),
+        coalesced_itl_share=(sum(r.coalesced_gaps for r in ok) / len(itls) if itls else None),
     )
     sent = [r.t_send for r in records if not math.isnan(r.t_send)]
     if sent and workload_closed_loop(records):

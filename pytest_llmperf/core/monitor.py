@@ -14,6 +14,7 @@ import time
 from array import array
 
 import numpy as np
+import psutil
 
 from pytest_llmperf.base.results import ClientHealth
 
@@ -22,6 +23,17 @@ LOOP_LAG_P99_LIMIT_MS = 10.0  # above this, token timestamps are off by about as
 CPU_PERCENT_LIMIT = 90.0  # of one core: a single-threaded event loop has no headroom left
 MIN_LAG_SAMPLES = 10  # fewer samples than this (a very short level) cannot judge p99
 SHARD_CPU_PERCENT = 50.0  # a process sized to this share keeps its loop lag low
+# Below this client CPU, event-loop lag means the client waited for a CPU, not that it was busy:
+# more client processes would not help.
+STARVED_CPU_PERCENT = 50.0
+
+
+def _system_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far (all cores)."""
+    t = psutil.cpu_times()
+    total = sum(t)
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return total - idle, total
 
 
 def _transport_name() -> str:
@@ -39,10 +51,12 @@ class LoopMonitor:
         self._task: asyncio.Task[None] | None = None
         self._cpu0 = 0.0
         self._wall0 = 0.0
+        self._sys0 = (0.0, 0.0)
         self.cpu_s = 0.0  # process CPU seconds between start() and stop()
 
     def start(self) -> None:
         self._lags_ms = array("d")
+        self._sys0 = _system_busy()
         self._cpu0 = time.process_time()
         self._wall0 = time.perf_counter()
         self._task = asyncio.get_running_loop().create_task(self._probe())
@@ -59,34 +73,38 @@ class LoopMonitor:
         """Stop sampling and judge the interval."""
         wall = time.perf_counter() - self._wall0
         cpu = time.process_time() - self._cpu0
+        busy, total = _system_busy()
+        busy, total = busy - self._sys0[0], total - self._sys0[1]
         self.cpu_s = cpu
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        return judge_health(
+        health = judge_health(
             lags_ms=list(self._lags_ms),
             cpu_percent=100.0 * cpu / wall if wall > 0 else 0.0,
             transport=_transport_name(),
         )
+        if total <= 0:
+            return health
+        update = {"system_cpu_percent": round(100.0 * busy / total, 1), "cpus": psutil.cpu_count()}
+        return health.model_copy(update=update)
 
 
 def judge_health(lags_ms: list[float], cpu_percent: float, transport: str = "") -> ClientHealth:
-    """Pure verdict: saturated when loop lag p99 or CPU crosses its limit (named constants)."""
+    """Pure verdict: saturated when loop lag p99 or CPU crosses its limit (named constants).
+
+    ``reason`` holds the measured facts only; what to do about them is validity's one sentence
+    (``verdicts/validity.py``), which depends on whether the client or others held the CPU.
+    """
     p99 = float(np.percentile(lags_ms, 99)) if lags_ms else 0.0
     worst = max(lags_ms) if lags_ms else 0.0
     reasons = []
     if len(lags_ms) >= MIN_LAG_SAMPLES and p99 > LOOP_LAG_P99_LIMIT_MS:
-        reasons.append(
-            f"event-loop lag p99 {p99:.1f} ms > {LOOP_LAG_P99_LIMIT_MS:g} ms: "
-            "token timestamps are late by about as much"
-        )
+        reasons.append(f"event-loop lag p99 {p99:.1f} ms > {LOOP_LAG_P99_LIMIT_MS:g} ms")
     if cpu_percent > CPU_PERCENT_LIMIT:
-        reasons.append(
-            f"client CPU {cpu_percent:.0f}% of a core > {CPU_PERCENT_LIMIT:g}%: "
-            "the load generator is the bottleneck"
-        )
+        reasons.append(f"client CPU {cpu_percent:.0f}% of a core > {CPU_PERCENT_LIMIT:g}%")
     return ClientHealth(
         transport=transport,
         cpu_percent=round(cpu_percent, 1),
@@ -99,8 +117,9 @@ def judge_health(lags_ms: list[float], cpu_percent: float, transport: str = "") 
 
 
 def with_token_cost(health: ClientHealth, cpu_s: float, output_tokens: int) -> ClientHealth:
-    """Add what the client spent per output token and, when saturated, how many processes the
-    level needs.
+    """Add what the client spent per output token and, when the client's own CPU saturated
+    it, how many processes the level needs (none when it lagged while nearly idle: other
+    processes held the CPU, and more client processes would only compete for it too).
 
     One process can ingest up to ``CPU_PERCENT_LIMIT`` % of a core / CPU per token. A saturated
     level only shows that the server can go at least this fast, so the count is a lower bound:
@@ -114,11 +133,6 @@ def with_token_cost(health: ClientHealth, cpu_s: float, output_tokens: int) -> C
         "cpu_us_per_output_token": round(us, 2),
         "output_tok_s_ceiling": round(ceiling, 0),
     }
-    if health.saturated:
-        needed = max(2, math.ceil(health.cpu_percent / SHARD_CPU_PERCENT))
-        update["processes_needed"] = needed
-        update["reason"] = (
-            f"{health.reason}; needs at least {needed} client processes (one ingests at most "
-            f"~{ceiling:,.0f} tok/s of this stream at {us:.1f} µs CPU per output token)"
-        )
+    if health.saturated and health.cpu_percent >= STARVED_CPU_PERCENT:
+        update["processes_needed"] = max(2, math.ceil(health.cpu_percent / SHARD_CPU_PERCENT))
     return health.model_copy(update=update)

@@ -37,6 +37,9 @@ class RequestRecord:
     t_scheduled: float | None = None  # open-loop arrivals: when this request was due
     cached_tokens: int = 0  # prompt tokens the server served from its prefix cache
     retries: int = 0  # re-sent once on a new connection after a stale keep-alive one died
+    # Inter-token gaps that came from one network read: tokens of a later event of the read,
+    # stamped with the read's instant (a gap of 0 that the client, not the server, made).
+    coalesced_gaps: int = 0
 
     @property
     def ok(self) -> bool:
@@ -61,6 +64,10 @@ class RequestRecord:
         ``n_total - n_first`` tokens land at ``t`` (they arrived at the same instant).
         """
         times = self.token_times
+        if n_total > n_first:
+            self.coalesced_gaps += n_total - n_first
+        if times and times[-1] == t:  # an earlier event of this read was added already
+            self.coalesced_gaps += n_first
         if not times:
             self.ttft = t - self.t_send
             self.first_event_tokens = n_first

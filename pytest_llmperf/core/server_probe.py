@@ -20,9 +20,11 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from pytest_llmperf.base.errors import LLMPerfError
@@ -150,6 +152,28 @@ async def get_server_info(http: httpx.AsyncClient) -> dict[str, Any] | None:
             ) from None
         return info if isinstance(info, dict) else None
     return None
+
+
+def local_vocab_size(info: dict[str, Any] | None) -> tuple[int | None, str]:
+    """The served model's vocabulary size and where it came from, or (None, why not).
+
+    SGLang's ``/server_info`` and ``/get_model_info`` do not report it (0.5.23), but both name
+    the model's path; when that is a directory on this machine its ``config.json`` says.
+    """
+    for key in ("model_path", "tokenizer_path"):
+        path = (info or {}).get(key)
+        config = Path(path) / "config.json" if isinstance(path, str) and path else None
+        if config is None or not config.is_file():
+            continue
+        try:
+            data = orjson.loads(config.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        for obj in (data, data.get("text_config") if isinstance(data, dict) else None):
+            size = obj.get("vocab_size") if isinstance(obj, dict) else None
+            if isinstance(size, int) and size > 0:
+                return size, str(config)
+    return None, "the server names no model directory on this machine"
 
 
 def effective_running_cap(info: dict[str, Any]) -> int | None:

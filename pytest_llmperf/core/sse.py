@@ -15,6 +15,14 @@ from __future__ import annotations
 
 DONE = b"[DONE]"
 DATA = b"data: "
+# What one event may hold before its end. SGLang's cumulative events carry the whole text and
+# output_ids so far: about 10 bytes per token, so 128k-token outputs stay far below it. A
+# server that never ends an event would otherwise be buffered until memory runs out.
+MAX_EVENT_BYTES = 16 << 20
+
+
+class EventTooLarge(ValueError):
+    """One SSE event grew past ``MAX_EVENT_BYTES`` without its end (a blank line)."""
 
 
 class SSEDecoder:
@@ -25,10 +33,12 @@ class SSEDecoder:
     it runs once per network read in the load generator's hot path.
     """
 
-    __slots__ = ("_cr", "_parts")
+    __slots__ = ("_cr", "_held", "_parts", "max_event_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self._parts: list[bytes] = []  # reads of an event not complete yet
+        self._held = 0  # bytes in _parts
+        self.max_event_bytes = max_event_bytes
         self._cr = False  # a trailing CR held back: maybe the first half of a split CRLF
 
     def take(self, chunk: bytes) -> tuple[bytes, int]:
@@ -49,6 +59,9 @@ class SSEDecoder:
             ):
                 if chunk:
                     parts.append(chunk)
+                    self._held += len(chunk)
+                    if self._held > self.max_event_bytes:
+                        self._too_large()
                 return chunk, -1
             parts.append(chunk)
             buf = b"".join(parts)
@@ -57,9 +70,22 @@ class SSEDecoder:
         end = buf.rfind(b"\n\n")
         if end < 0:
             self._parts = [buf] if buf else []
+            self._held = len(buf)
+            if self._held > self.max_event_bytes:
+                self._too_large()
             return buf, -1
         self._parts = [buf[end + 2 :]] if len(buf) > end + 2 else []
+        self._held = len(buf) - end - 2 if self._parts else 0
         return buf, end
+
+    def _too_large(self) -> None:
+        held = self._held
+        self._parts = []  # let the held bytes go now, not when the request ends
+        self._held = 0
+        raise EventTooLarge(
+            f"an SSE event grew past {self.max_event_bytes // (1 << 20)} MiB ({held} bytes) "
+            "without its end (a blank line): the server's stream is malformed"
+        )
 
     @property
     def idle(self) -> bool:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import (
@@ -49,12 +49,14 @@ from pytest_llmperf.core.server_probe import (
     effective_running_cap,
     flush_cache,
     get_server_info,
+    local_vocab_size,
     server_facts,
 )
 from pytest_llmperf.core.shard import new_loop, sharded_closed_loop
 from pytest_llmperf.core.slo import Slo
 from pytest_llmperf.core.workers import pull_workers
 from pytest_llmperf.core.workload import (
+    MAX_PROMPT_ID,
     WARMUP_INDEX,
     poisson_offsets,
     prime_prompts,
@@ -305,6 +307,23 @@ def _load_generator(url: str, workload: Workload, api_key: str | None) -> LoadGe
     )
 
 
+def _fit_vocab(gen: LoadGenerator, info: dict[str, Any] | None, workload: Workload) -> str | None:
+    """Keep token-id prompts inside the served model's vocabulary; a note saying what was done
+    (or that the vocabulary is unknown), None for text prompts or a vocabulary large enough."""
+    if workload.backend == "openai-chat" or workload.dataset is not None:
+        return None
+    size, where = local_vocab_size(info)
+    if size is None:
+        return (
+            f"vocabulary size unknown ({where}): prompt token ids go up to {MAX_PROMPT_ID}, "
+            "assumed inside the model's vocabulary"
+        )
+    if size > MAX_PROMPT_ID:
+        return None
+    gen.vocab_size = size
+    return f"prompt token ids folded into the model's {size}-token vocabulary ({where})"
+
+
 async def _prime(gen: LoadGenerator, workload: Workload) -> str | None:
     """Put each shared prefix in the cache (one 1-token request per group); a note if any
     priming request failed (the hit-rate check then says how far off the level is)."""
@@ -379,6 +398,7 @@ async def run_sweep_async(
     async with _load_generator(url, workload, api_key) as gen:
         info = await get_server_info(gen.http)
         facts = server_facts(info, url=gen.base_url, mode=server_mode)
+        vocab_note = _fit_vocab(gen, info, workload)
         await _warm_up(gen, workload, progress, prompt_start)
         sizing = await _size_chat(gen, workload)
         asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
@@ -388,11 +408,12 @@ async def run_sweep_async(
             # each level takes fresh prompts: nothing it sends is in any prefix cache
             plan = _plan(workload, c, start, sizing)
             start += plan.ordinals
-            result.levels.append(
-                await _measure_level(
-                    gen, c, workload, plan, facts.max_running_requests, sizing, asked
-                )
+            level = await _measure_level(
+                gen, c, workload, plan, facts.max_running_requests, sizing, asked
             )
+            if vocab_note:
+                level.notes.append(vocab_note)
+            result.levels.append(level)
     return result
 
 
@@ -419,6 +440,7 @@ async def run_level_async(
     workload = workload or Workload()
     async with _load_generator(url, workload, api_key) as gen:
         info = await get_server_info(gen.http)
+        vocab_note = _fit_vocab(gen, info, workload)
         first_ms = await _warm_up(gen, workload, progress, prompt_start) if warmup else None
         sizing = await _size_chat(gen, workload)
         asked = _Asked(progress, details, scrape_metrics, slo, client_processes)
@@ -426,6 +448,8 @@ async def run_level_async(
         cap = effective_running_cap(info or {})
         level = await _measure_level(gen, concurrency, workload, plan, cap, sizing, asked)
         level.first_request_ms = first_ms
+        if vocab_note:
+            level.notes.append(vocab_note)
         return level
 
 

@@ -17,6 +17,8 @@ own hit-rate test does).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from pytest_llmperf.base.results import Workload
@@ -60,6 +62,22 @@ def prompt_ids(index: int, input_len: int, seed: int = 0) -> list[int]:
 _PREFIX_STREAM = 0x5BF
 # Prime prompts end in a token no level or warm-up prompt starts its suffix with.
 _PRIME_TOKEN = TOKEN_ID_HIGH + 1000
+
+
+# The largest id any prompt holds: warm-up and prime prompts start above TOKEN_ID_HIGH.
+MAX_PROMPT_ID = TOKEN_ID_HIGH + 1999
+
+
+def fold_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
+    """``ids`` kept inside a vocabulary smaller than the prompts assume: an id past it would
+    index past the model's embedding (SGLang's whole server dies of it). Ids are folded into
+    the vocabulary's upper nine tenths (clear of the special tokens at its low end), so the
+    same prompt folds alike every time; with so few ids prompts share more first tokens."""
+    if vocab_size > MAX_PROMPT_ID:
+        return list(ids)
+    low = min(TOKEN_ID_LOW, vocab_size // 10)
+    span = max(1, vocab_size - low)
+    return [i if i < vocab_size else low + (i - TOKEN_ID_LOW) % span for i in ids]
 
 
 def prefix_ids(group: int, prefix_len: int, seed: int = 0) -> list[int]:

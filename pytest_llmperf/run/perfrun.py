@@ -492,6 +492,15 @@ class PerfRun:
                 # Requests failed because the server died: say so instead of blaming the numbers.
                 state.error = self._died_message(config, handle, code)
                 level.notes.append(f"server exited with code {code} during this level")
+            if code is None and level.num_requests and not level.completed:
+                # A server that completes nothing (stalled, or refusing every request) would
+                # cost every further level the same timeouts: this config's sweep ends here.
+                first = f": {level.errors[0]}" if level.errors else ""
+                state.error = (
+                    f"config {config!r}: no request completed at C={concurrency}{first}; "
+                    "its remaining levels are not measured"
+                )
+                level.notes.append(state.error)
             if keep:
                 self._samples.setdefault((config, workload, concurrency), []).append(level)
             if code is not None:

@@ -23,9 +23,11 @@ from pytest_llmperf.base.values import (
     parse_nonneg_int,
     parse_positive_float,
     parse_positive_int,
+    parse_request_count,
     parse_secret,
     parse_slack,
     parse_str,
+    parse_token_count,
     parse_tolerances,
     parse_unit_float,
 )
@@ -93,17 +95,17 @@ SETTINGS: tuple[Setting, ...] = (
         "concurrency levels, e.g. 1,4,16",
         marker=True,
     ),
-    Setting("input_len", parse_positive_int, 1000, "prompt tokens per request", marker=True),
+    Setting("input_len", parse_token_count, 1000, "prompt tokens per request", marker=True),
     Setting(
         "output_len",
-        parse_positive_int,
+        parse_token_count,
         1000,
         "output tokens per request (ignore_eos)",
         marker=True,
     ),
     Setting(
         "requests",
-        parse_positive_int,
+        parse_request_count,
         None,
         "requests per level (default: 4 at C=1, 2*C above)",
         marker=True,
@@ -318,6 +320,13 @@ SETTINGS: tuple[Setting, ...] = (
         parse_positive_float,
         90.0,
         "client CPU in % of one core above which a level is invalid (client saturated)",
+    ),
+    Setting(
+        "coalesced_limit",
+        parse_unit_float,
+        0.5,
+        "share of ITL gaps from one network read (events the client read together) above "
+        "which a level is invalid",
     ),
     Setting(
         "openai_extensions",

@@ -23,7 +23,13 @@ from pydantic import (
 
 from pytest_llmperf.base.datafile import DataFileError, load_data_file
 from pytest_llmperf.base.errors import InputError
-from pytest_llmperf.base.values import LevelsField, MetricName, parse_tolerances
+from pytest_llmperf.base.values import (
+    LevelsField,
+    MetricName,
+    RequestCountField,
+    TokenCountField,
+    parse_tolerances,
+)
 from pytest_llmperf.core.slo import Slo, SloError, load_slo
 from pytest_llmperf.launch.server_config import ConfigError, ServerConfig, server_configs_from_data
 from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
@@ -42,9 +48,9 @@ class SweepSection(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     levels: LevelsField = None
-    input_len: int | None = Field(default=None, gt=0)
-    output_len: int | None = Field(default=None, gt=0)
-    requests: int | None = Field(default=None, gt=0)
+    input_len: TokenCountField | None = None
+    output_len: TokenCountField | None = None
+    requests: RequestCountField | None = None
     backend: str | None = None
     seed: int | None = None
     repeat: int | None = Field(default=None, gt=0)

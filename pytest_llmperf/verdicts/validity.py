@@ -15,7 +15,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_llmperf.base.results import ClientHealth, LevelResult, Workload
-from pytest_llmperf.core.monitor import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS, MIN_LAG_SAMPLES
+from pytest_llmperf.core.monitor import (
+    CPU_PERCENT_LIMIT,
+    LOOP_LAG_P99_LIMIT_MS,
+    MIN_LAG_SAMPLES,
+    STARVED_CPU_PERCENT,
+)
 
 __all__ = ["ValidityPolicy", "check_level", "is_valid", "policy_from_settings"]
 
@@ -47,6 +52,9 @@ class ValidityPolicy(BaseModel):
     # The client is the bottleneck above these (core/monitor.py's defaults).
     loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
     cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
+    # Above this share of ITL gaps from one network read, the median gap is the client's read
+    # pattern (0 ms when events pile up), not the server's pace.
+    max_coalesced_itl_share: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
 def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
@@ -58,11 +66,8 @@ def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
         hit_rate_slack=get("hit_rate_slack"),
         loop_lag_p99_limit_ms=get("loop_lag_limit"),
         cpu_percent_limit=get("cpu_limit"),
+        max_coalesced_itl_share=get("coalesced_limit"),
     )
-
-
-# Below this client CPU, event-loop lag means the client waited for a CPU, not that it was busy.
-STARVED_CPU_PERCENT = 50.0
 
 
 def _pct(a: float, b: float) -> str:
@@ -90,6 +95,31 @@ def _saturation(client: ClientHealth, policy: ValidityPolicy) -> str | None:
     if client.cpu_percent > policy.cpu_percent_limit:
         why.append(f"client CPU {client.cpu_percent:.0f}% > {policy.cpu_percent_limit:g}%")
     return "; ".join(why) if why else None
+
+
+def _client_reason(client: ClientHealth, saturation: str, level: LevelResult) -> str:
+    """One sentence: what the client measured, and the advice its cause calls for."""
+    why = f" ({saturation})" if saturation else ""
+    if client.cpu_percent < STARVED_CPU_PERCENT:
+        machine = (
+            f" and the machine was {client.system_cpu_percent:.0f} % busy on {client.cpus} CPUs"
+            if client.system_cpu_percent is not None and client.cpus
+            else ""
+        )
+        return (
+            f"the load generator was starved of CPU{why} while it used only "
+            f"{client.cpu_percent:.0f} % of a core{machine}: other processes held the CPU, so "
+            "its timestamps are late by about the lag; measure on a quieter machine, or raise "
+            f"--llmperf-loop-lag-limit if {client.loop_lag_p99_ms:.0f} ms is small next to "
+            f"TTFT p50 {level.median_ttft_ms or 0:.1f} ms and ITL p50 "
+            f"{level.median_itl_ms or 0:.1f} ms"
+        )
+    needed = client.processes_needed or 2
+    return (
+        f"the load generator was the bottleneck{why} at {client.cpu_percent:.0f} % of a core: "
+        f"it needs at least {needed} client processes: run with --llmperf-client-processes "
+        f"{needed}"
+    )
 
 
 def _hit_rate(level: LevelResult, workload: Workload, policy: ValidityPolicy) -> list[str]:
@@ -170,30 +200,16 @@ def check_level(
     client = level.client
     saturation = _saturation(client, policy) if client is not None else None
     if client is not None and saturation is not None:
-        why = f": {saturation}" if saturation else ""
-        if client.cpu_percent < STARVED_CPU_PERCENT:
-            # Lag with an idle client: other processes on this machine held the CPU.
-            reasons.append(
-                f"the load generator was starved of CPU{why} while it used only "
-                f"{client.cpu_percent:.0f} % of a core: other processes on this machine held "
-                "the CPU, so its timestamps are late by about the lag. Measure on a quieter "
-                f"machine, or raise --llmperf-loop-lag-limit if {client.loop_lag_p99_ms:.0f} ms is "
-                f"small next to the latencies measured (TTFT p50 {level.median_ttft_ms:.1f} ms, "
-                f"ITL p50 {level.median_itl_ms:.1f} ms)"
-            )
-        else:
-            reasons.append(
-                f"the load generator was the bottleneck{why} (client CPU "
-                f"{client.cpu_percent:.0f} %, event-loop lag p99 {client.loop_lag_p99_ms:.0f} ms):"
-                + (
-                    f" it needs at least {client.processes_needed} client processes: run with "
-                    f"--llmperf-client-processes {client.processes_needed} (env "
-                    "LLMPERF_CLIENT_PROCESSES; llmperf sweep --client-processes)"
-                    if client.processes_needed
-                    else " one client process cannot keep up; use more client processes "
-                    "(--llmperf-client-processes N)"
-                )
-            )
+        reasons.append(_client_reason(client, saturation, level))
+
+    share = level.coalesced_itl_share
+    if share is not None and share > policy.max_coalesced_itl_share and level.completed > 0:
+        reasons.append(
+            f"ITL is not measured: {100 * share:.0f} % of the inter-token gaps came from several "
+            "SSE events in one network read (the client read late and stamped them alike; "
+            f"allowed {100 * policy.max_coalesced_itl_share:g} %), so ITL p50 "
+            f"{level.median_itl_ms or 0:.2f} ms describes the client, not the server"
+        )
 
     if level.completed == 0:
         reasons.append(f"no request completed ({level.failed} of {level.num_requests} failed)")

@@ -114,8 +114,7 @@ def test_saturated_client_says_how_many_processes_it_needs() -> None:
     assert costed.cpu_us_per_output_token == 25.0
     assert costed.output_tok_s_ceiling == round(CPU_PERCENT_LIMIT / 100 / 25e-6)
     assert costed.processes_needed == 4  # 170 % of a core at <= 50 % each
-    assert "needs at least 4 client processes" in (costed.reason or "")
-    assert "~36,000 tok/s" in (costed.reason or "")
+    assert costed.reason == busy.reason  # facts only: the advice is validity's sentence
     at_limit = with_token_cost(judge_health([0.1] * 50, cpu_percent=95.0), 1.0, 100_000)
     assert at_limit.processes_needed == 2  # saturated always needs more than one
     calm = with_token_cost(judge_health([1.0] * 50, cpu_percent=40.0), 1.0, 100_000)

@@ -69,6 +69,7 @@ pytest_llmperf.core.monitor.CPU_PERCENT_LIMIT = 1000.0
 # the validity thresholds are settings too (read from the environment at configure time)
 os.environ.setdefault("LLMPERF_LOOP_LAG_LIMIT", "1000")
 os.environ.setdefault("LLMPERF_CPU_LIMIT", "1000")
+os.environ.setdefault("LLMPERF_COALESCED_LIMIT", "1")
 """
 
 SWEEP_TEST = """

@@ -90,6 +90,24 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
             "command line --llmperf-tolerance=output_thruput=5%: unknown metric 'output_thruput'; "
             "known metrics: *",
         ),
+        (
+            ["--llmperf-levels", "1000000000"],
+            {},
+            "command line --llmperf-levels=1000000000: concurrency level 1000000000 is more "
+            "requests in flight than this tool supports (at most 65,536)",
+        ),
+        (
+            ["--llmperf-requests", "1000000000"],
+            {},
+            "command line --llmperf-requests=1000000000: 1000000000 is more requests per level "
+            "than this tool supports (at most 1,000,000)",
+        ),
+        (
+            ["--llmperf-input-len", "1000000000"],
+            {},
+            "command line --llmperf-input-len=1000000000: 1000000000 is more tokens per request "
+            "than this tool supports (at most 4,194,304)",
+        ),
     ],
     ids=[
         "levels-0",
@@ -99,6 +117,9 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
         "tolerance-150%",
         "env-tolerance-negative",
         "tolerance-unknown-metric",
+        "levels-absurd",
+        "requests-absurd",
+        "input-len-absurd",
     ],
 )
 def test_bad_setting_is_a_usage_error_naming_its_source(
@@ -217,7 +238,21 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
         ),
         (
             ONE_SERVER.replace("levels = [1]", "levels = [1]\noutput_len = 0"),
-            ["{path}: sweep.output_len: Input should be greater than 0"],
+            ["{path}: sweep.output_len: must be a positive whole number, got 0"],
+        ),
+        (
+            ONE_SERVER.replace("levels = [1]", "levels = [1000000000]"),
+            [
+                "{path}: sweep.levels: concurrency level 1000000000 is more "
+                "requests in flight than this tool supports (at most 65,536)"
+            ],
+        ),
+        (
+            ONE_SERVER.replace("levels = [1]", "levels = [1]\ninput_len = 1000000000"),
+            [
+                "{path}: sweep.input_len: 1000000000 is more tokens per request "
+                "than this tool supports (at most 4,194,304)"
+            ],
         ),
         (
             ONE_SERVER + '\n[[gate]]\nconfig = "mtp"\nreference = "plain"\nfactor = 1.1\n',
@@ -240,6 +275,8 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
         "unknown-sweep-key",
         "empty-levels",
         "output-len-0",
+        "levels-absurd",
+        "input-len-absurd",
         "gate-unknown-server",
         "empty-file",
         "no-server",

@@ -15,7 +15,7 @@ def test_a_clean_level_is_valid_and_queueing_is_not_invalid() -> None:
 
 def test_saturated_client() -> None:
     (reason,) = check_level(make_level(128, 2800, saturated=True), WORKLOAD)
-    assert reason.startswith("the load generator was the bottleneck: event loop lag p99 80 ms")
+    assert reason.startswith("the load generator was the bottleneck (event loop lag p99 80 ms)")
 
 
 def test_length_drift_seed_003() -> None:
@@ -87,7 +87,7 @@ def test_client_limits_rejudge_from_the_numbers() -> None:
     assert check_level(lv, WORKLOAD, ValidityPolicy(loop_lag_p99_limit_ms=20.0)) == []
     relaxed_lag = ValidityPolicy(loop_lag_p99_limit_ms=20.0, cpu_percent_limit=40.0)
     (strict,) = check_level(lv, WORKLOAD, relaxed_lag)
-    assert "bottleneck: client CPU 50% > 40% (" in strict
+    assert "bottleneck (client CPU 50% > 40%)" in strict
     few = lv.model_copy(update={"client": lv.client.model_copy(update={"loop_lag_samples": 3})})
     # too few lag probes to judge a p99: only CPU counts at custom limits
     assert check_level(few, WORKLOAD, ValidityPolicy(loop_lag_p99_limit_ms=5.0)) == []
@@ -125,6 +125,23 @@ def test_a_lagging_idle_client_was_starved_not_the_bottleneck() -> None:
         reason="event-loop lag p99 19.0 ms > 10 ms",
     )
     (reason,) = check_level(lv.model_copy(update={"client": client}), WORKLOAD)
-    assert reason.startswith("the load generator was starved of CPU: event-loop lag p99 19.0 ms")
+    assert reason.startswith("the load generator was starved of CPU (event-loop lag p99 19.0 ms")
     assert "only 2 % of a core" in reason and "--llmperf-loop-lag-limit" in reason
-    assert "bottleneck" not in reason
+    assert "bottleneck" not in reason and "client processes" not in reason
+
+
+def test_a_starved_client_names_the_machine_load_and_never_asks_for_processes() -> None:
+    """At 2 % client CPU more client processes cannot help: the monitor sets no count, and the
+    one-sentence reason gives the machine's load instead (as measured over the level)."""
+    from pytest_llmperf.base.results import ClientHealth
+    from pytest_llmperf.core.monitor import judge_health, with_token_cost
+
+    health = judge_health([19.0] * 500, cpu_percent=2.0)
+    costed = with_token_cost(health, cpu_s=0.2, output_tokens=4000)
+    assert costed.saturated and costed.processes_needed is None
+    client = costed.model_copy(update={"system_cpu_percent": 97.0, "cpus": 2})
+    assert isinstance(client, ClientHealth)
+    (reason,) = check_level(make_level(4, 52.6).model_copy(update={"client": client}), WORKLOAD)
+    assert "the machine was 97 % busy on 2 CPUs: other processes held the CPU" in reason
+    assert "client processes" not in reason
+    assert reason.count(";") == 1 and len(reason) < 400  # one sentence
