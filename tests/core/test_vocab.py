@@ -53,3 +53,14 @@ def test_the_load_generator_folds_every_body_it_builds() -> None:
     assert max(orjson.loads(gen.body(prompt, 4))["input_ids"]) >= 1000
     gen.vocab_size = 443
     assert max(orjson.loads(gen.body(prompt, 4))["input_ids"]) < 443
+
+
+def test_unknown_vocabulary_is_noted_for_a_real_server_not_for_the_simulator() -> None:
+    from pytest_llmperf.core.sweep import _fit_vocab
+
+    gen = LoadGenerator("http://127.0.0.1:9", "sglang")
+    wl = Workload(input_len=8, output_len=4)
+    note = _fit_vocab(gen, {"model_path": "Qwen/Qwen3-8B"}, wl)
+    assert note is not None and note.startswith("vocabulary size unknown")
+    assert _fit_vocab(gen, {"model_path": "sim/qwen-moe", "simulated": True}, wl) is None
+    assert gen.vocab_size is None
