@@ -54,6 +54,30 @@ if TYPE_CHECKING:
     from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 
+# Settings that change which levels or which workload a test measures.
+_NARROWING = frozenset(
+    {
+        "levels",
+        "backend",
+        "input_len",
+        "output_len",
+        "seed",
+        "requests",
+        "request_rate",
+        "workload",
+        "prefix_len",
+        "prefix_groups",
+        "range_ratio",
+        "range_convention",
+        "dataset",
+        "dataset_output_len",
+        "turns",
+        "think_time",
+        "openai_extensions",
+    }
+)
+
+
 def usage_error(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"pytest-llmperf: {message}")
 
@@ -76,6 +100,7 @@ class LLMPerfSession:
     generated: dict[tuple[Path, str], int] = field(default_factory=dict)
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)
     baseline_lines: list[str] = field(default_factory=list)
+    report_errors: list[str] = field(default_factory=list)  # reports that could not be written
     unmeasured: dict[str, str] = field(default_factory=dict)
     ab_runs: dict[tuple[Path, int, Workload, tuple[int, ...]], ABRun] = field(  # ab
         default_factory=dict
@@ -302,6 +327,7 @@ class LLMPerfSession:
         from pytest_llmperf.verdicts.baseline import SWEEP_LEVEL, EntryKey
 
         selected: dict[tuple[Path, str], int] = {}
+        workloads: dict[str, set[str]] = {}  # config -> workload keys its selected tests use
         covered: list[tuple[str, str, int, Workload]] = []  # (config, scope, C, workload)
         for item in items:
             param = item_param(item)
@@ -312,6 +338,8 @@ class LLMPerfSession:
                     selected[(param.suite_path, cfg)] = selected.get((param.suite_path, cfg), 0) + 1
             suite = self.suites[param.suite_path]
             wl = self.workload(suite, marker_kwargs(item), item.nodeid, self.configs_of(param)[0])
+            for cfg in self.configs_of(param):
+                workloads.setdefault(cfg, set()).add(wl.key())
             if isinstance(param, PointParam):
                 covered.append((param.config, "point", param.concurrency, wl))
             elif isinstance(param, CrossoverParam | SloParam):
@@ -321,9 +349,15 @@ class LLMPerfSession:
         store = self.store
         run = self.perf_run(next(iter(self.suites.values())))
         try:
+            # A sweep narrowed for this session (a flag or env var for the levels or the
+            # workload) measures a part of what the project's tests define: only its own points
+            # can be unused. Otherwise, with every test of a config selected, an entry of one
+            # of their workloads that no test measured is a level the suite no longer has.
+            narrowed = bool(self.settings.get("_session_given", frozenset()) & _NARROWING)
             for (suite_path, cfg), n in selected.items():
-                if n == self.generated.get((suite_path, cfg), -1):
-                    store.select(run.hardware_for(cfg), cfg)  # every test of it ran
+                if not narrowed and n == self.generated.get((suite_path, cfg), -1):
+                    for wl_key in sorted(workloads.get(cfg, ())):
+                        store.select(run.hardware_for(cfg), cfg, wl_key)
             for cfg, scope, conc, wl in covered:
                 key = EntryKey(run.hardware_for(cfg), cfg, wl.key(), conc)
                 if scope == "point":
@@ -341,7 +375,10 @@ class LLMPerfSession:
 
         if self._store is None:
             d = Path(self.settings["baseline_dir"])
-            self._store = BaselineStore(d if d.is_absolute() else self.rootdir / d)
+            self._store = BaselineStore(
+                d if d.is_absolute() else self.rootdir / d,
+                replace_broken=bool(self.settings["update"]),
+            )
         return self._store
 
     @property
@@ -471,25 +508,53 @@ class LLMPerfSession:
             session.exitstatus = self.bisect_status(session)
 
     def _write_and_flush(self, session: pytest.Session) -> None:
-        """Write results, flush baselines once, and fail the session on unused entries."""
-        from pytest_llmperf.report.tables import markdown_summary
-        from pytest_llmperf.verdicts.baseline import BaselineFileError
-
+        """Flush baselines once (first: a report that cannot be written must not cost the
+        recordings), fail the session on unused entries, then write the reports."""
         order = [s.name for suite in self.suites.values() for s in suite.servers]
         self.sweeps.sort(key=lambda s: order.index(s.config) if s.config in order else len(order))
+        self._flush_baselines(session)
+        self._write_reports()
+
+    def _write_reports(self) -> None:
+        """results.json, the step summary, plots, ab.json: one that cannot be written is a
+        warning naming it (and a summary line); the others are still written."""
+        from pytest_llmperf.report.tables import markdown_summary
+
         out = self.output_dir
+
+        def attempt(what: str, write: Any) -> None:
+            try:
+                write()
+            except OSError as exc:
+                where = exc.filename or what
+                msg = f"{what} not written: {exc.strerror or exc} ({where})"
+                self.report_errors.append(msg)
+                import warnings
+
+                from pytest_llmperf.plugin.warnings import LLMPerfWarning
+
+                warnings.warn(LLMPerfWarning(f"pytest-llmperf: {msg}"), stacklevel=1)
+
         if self.sweeps:
-            self._write_results(out)
+            attempt(f"results {out / 'results.json'}", lambda: self._write_results(out))
             summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary_path:
-                with open(summary_path, "a", encoding="utf-8") as fh:
-                    fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
+
+                def step_summary() -> None:
+                    with open(summary_path, "a", encoding="utf-8") as fh:
+                        fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
+
+                attempt(f"step summary GITHUB_STEP_SUMMARY={summary_path}", step_summary)
             if self.settings["plots"]:
-                self._write_plots(out / "plots")
+                attempt(f"plots {out / 'plots'}", lambda: self._write_plots(out / "plots"))
         if self.ab_points:  # ab: ab.json and its Markdown table
             from pytest_llmperf.plugin.ab import write_ab
 
-            write_ab(self.ab_points, out)
+            attempt(f"A/B report in {out}", lambda: write_ab(self.ab_points, out))
+
+    def _flush_baselines(self, session: pytest.Session) -> None:
+        from pytest_llmperf.verdicts.baseline import BaselineFileError
+
         if self._store is None:
             return
         update = bool(self.settings["update"])
@@ -502,7 +567,11 @@ class LLMPerfSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
-        lines: list[str] = [report.summary()] if (report.files or update) else []
+        lines: list[str] = list(self._store.replaced)
+        lines += [report.summary()] if (report.files or update) else []
+        lines += [f"not written: {e}" for e in report.errors]
+        if report.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if unused and not update:
             warn_only = bool(self.settings["warn_unused"])
             lines.append(
@@ -578,6 +647,7 @@ class LLMPerfSession:
         lines += [f"INVALID: {line}" for line in self.invalid]
         lines += [f"NOT MEASURED: {c}: {why}" for c, why in self.unmeasured.items()]
         lines += [f"baselines: {line}" for line in self.baseline_lines]
+        lines += [f"WARNING: {line}" for line in self.report_errors]
         lines.append(f"results: {self.output_dir / 'results.json'}")
         if self.settings["plots"]:
             lines.append(f"plots: {self.output_dir / 'plots'}")
