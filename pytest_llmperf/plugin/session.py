@@ -54,28 +54,9 @@ if TYPE_CHECKING:
     from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 
-# Settings that change which levels or which workload a test measures.
-_NARROWING = frozenset(
-    {
-        "levels",
-        "backend",
-        "input_len",
-        "output_len",
-        "seed",
-        "requests",
-        "request_rate",
-        "workload",
-        "prefix_len",
-        "prefix_groups",
-        "range_ratio",
-        "range_convention",
-        "dataset",
-        "dataset_output_len",
-        "turns",
-        "think_time",
-        "openai_extensions",
-    }
-)
+# A flag or env var that narrows the levels of a session: the project's tests define more
+# points than it measures. (A workload flag measures another workload; scopes are per workload.)
+_NARROWING = frozenset({"levels"})
 
 
 def usage_error(message: str) -> pytest.UsageError:
@@ -349,9 +330,8 @@ class LLMPerfSession:
         store = self.store
         run = self.perf_run(next(iter(self.suites.values())))
         try:
-            # A sweep narrowed for this session (a flag or env var for the levels or the
-            # workload) measures a part of what the project's tests define: only its own points
-            # can be unused. Otherwise, with every test of a config selected, an entry of one
+            # A sweep narrowed for this session measures a part of what the project's tests
+            # define: only its own points can be unused. Otherwise, with every test of a config selected, an entry of one
             # of their workloads that no test measured is a level the suite no longer has.
             narrowed = bool(self.settings.get("_session_given", frozenset()) & _NARROWING)
             for (suite_path, cfg), n in selected.items():
