@@ -331,8 +331,9 @@ class LLMPerfSession:
         run = self.perf_run(next(iter(self.suites.values())))
         try:
             # A sweep narrowed for this session measures a part of what the project's tests
-            # define: only its own points can be unused. Otherwise, with every test of a config selected, an entry of one
-            # of their workloads that no test measured is a level the suite no longer has.
+            # define: only its own points can be unused. Otherwise, with every test of a
+            # config selected, an entry of one of their workloads that no test measured is a
+            # level the suite no longer has.
             narrowed = bool(self.settings.get("_session_given", frozenset()) & _NARROWING)
             for (suite_path, cfg), n in selected.items():
                 if not narrowed and n == self.generated.get((suite_path, cfg), -1):

@@ -60,9 +60,9 @@ def test_k_selects_points_and_unused_counts_only_selected(suite):
     # unused, the run passes without advising the deleting command, and an update keeps it.
     narrowed = run(suite, *METRICS, "--llmperf-levels", "1")
     narrowed.assert_outcomes(passed=3)
-    assert narrowed.ret == 0 and "unused" not in narrowed.stdout.str()
+    assert narrowed.ret == 0 and "entries unused" not in narrowed.stdout.str()
     kept = run(suite, *METRICS, "--llmperf-levels", "1", "--llmperf-update")
-    assert kept.ret == 0 and "deleted" not in kept.stdout.str()
+    assert kept.ret == 0 and "entries deleted" not in kept.stdout.str()
     assert _entries(suite) == {"mtp": ["1", "4"], "plain": ["1", "4"]}
     # The suite itself drops C=4: those entries are unused, which fails the session.
     (suite.path / "llmperf.toml").write_text(SUITE.replace("levels = [1, 4]", "levels = [1]"))
@@ -77,7 +77,7 @@ def test_k_selects_points_and_unused_counts_only_selected(suite):
     assert run(suite, *METRICS).ret == 0
     # Another workload (a flag) measures its own entries and never deletes the suite's.
     other = run(suite, *METRICS, "--llmperf-input-len", "32", "--llmperf-update")
-    assert other.ret == 0 and "deleted" not in other.stdout.str()
+    assert other.ret == 0 and "entries deleted" not in other.stdout.str()
     assert run(suite, *METRICS).ret == 0
 
 
