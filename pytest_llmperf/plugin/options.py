@@ -17,15 +17,19 @@ def resolve_settings(config: pytest.Config) -> dict[str, Any]:
     ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
     out: dict[str, Any] = {}
     explicit: set[str] = set()
+    session: set[str] = set()  # given for this session only (flag or env), not the project's
     for s in SETTINGS:
         cli = config.getoption(s.dest, default=None) if s.cli else None
         ini = config.getini(s.ini_key) if s.ini else None
         out[s.name] = resolve(s.name, cli=cli, ini=ini, ini_source=ini_source)
-        if cli not in (None, False) or os.environ.get(s.env_var) or ini not in (None, "", []):
+        if cli not in (None, False) or os.environ.get(s.env_var):
+            session.add(s.name)
+        if s.name in session or ini not in (None, "", []):
             explicit.add(s.name)
     if out.get("rerecord"):
         out["update"] = True  # re-recording is an update that also rewrites passing entries
     out["_explicit"] = frozenset(explicit)
+    out["_session_given"] = frozenset(session)
     return out
 
 

@@ -56,6 +56,11 @@ if TYPE_CHECKING:
     from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 
+# A flag or env var that narrows the levels of a session: the project's tests define more
+# points than it measures. (A workload flag measures another workload; scopes are per workload.)
+_NARROWING = frozenset({"levels"})
+
+
 def usage_error(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"pytest-llmperf: {message}")
 
@@ -80,6 +85,7 @@ class LLMPerfSession:
     generated: dict[tuple[Path, str], int] = field(default_factory=dict)
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)
     baseline_lines: list[str] = field(default_factory=list)
+    report_errors: list[str] = field(default_factory=list)  # reports that could not be written
     unmeasured: dict[str, str] = field(default_factory=dict)
     ab_runs: dict[tuple[Path, int, Workload, tuple[int, ...]], ABRun] = field(  # ab
         default_factory=dict
@@ -326,6 +332,7 @@ class LLMPerfSession:
         from pytest_llmperf.verdicts.baseline import SWEEP_LEVEL, EntryKey
 
         selected: dict[tuple[Path, str], int] = {}
+        workloads: dict[str, set[str]] = {}  # config -> workload keys its selected tests use
         covered: list[tuple[str, str, int, Workload]] = []  # (config, scope, C, workload)
         for item in items:
             param = item_param(item)
@@ -336,6 +343,8 @@ class LLMPerfSession:
                     selected[(param.suite_path, cfg)] = selected.get((param.suite_path, cfg), 0) + 1
             suite = self.suites[param.suite_path]
             wl = self.workload(suite, marker_kwargs(item), item.nodeid, self.configs_of(param)[0])
+            for cfg in self.configs_of(param):
+                workloads.setdefault(cfg, set()).add(wl.key())
             if isinstance(param, PointParam):
                 covered.append((param.config, "point", param.concurrency, wl))
             elif isinstance(param, CrossoverParam | SloParam):
@@ -345,9 +354,15 @@ class LLMPerfSession:
         store = self.store
         run = self.perf_run(next(iter(self.suites.values())))
         try:
+            # A sweep narrowed for this session measures a part of what the project's tests
+            # define: only its own points can be unused. Otherwise, with every test of a
+            # config selected, an entry of one of their workloads that no test measured is a
+            # level the suite no longer has.
+            narrowed = bool(self.settings.get("_session_given", frozenset()) & _NARROWING)
             for (suite_path, cfg), n in selected.items():
-                if n == self.generated.get((suite_path, cfg), -1):
-                    store.select(run.hardware_for(cfg), cfg)  # every test of it ran
+                if not narrowed and n == self.generated.get((suite_path, cfg), -1):
+                    for wl_key in sorted(workloads.get(cfg, ())):
+                        store.select(run.hardware_for(cfg), cfg, wl_key)
             for cfg, scope, conc, wl in covered:
                 key = EntryKey(run.hardware_for(cfg), cfg, wl.key(), conc)
                 if scope == "point":
@@ -368,7 +383,10 @@ class LLMPerfSession:
 
         if self._store is None:
             d = Path(self.settings["baseline_dir"])
-            self._store = BaselineStore(d if d.is_absolute() else self.rootdir / d)
+            self._store = BaselineStore(
+                d if d.is_absolute() else self.rootdir / d,
+                replace_broken=bool(self.settings["update"]),
+            )
         return self._store
 
     @property
@@ -505,35 +523,18 @@ class LLMPerfSession:
             session.exitstatus = self.bisect_status(session)
 
     def _write_and_flush(self, session: pytest.Session) -> None:
-        """Write results, flush baselines once, and fail the session on unused entries."""
-        from pytest_llmperf.report.tables import markdown_summary
-        from pytest_llmperf.verdicts.baseline import BaselineFileError
-
+        """Flush baselines once (first: a report that cannot be written must not cost the
+        recordings), fail the session on unused entries, then write the reports."""
         order = [s.name for suite in self.suites.values() for s in suite.servers]
         self.sweeps.sort(key=lambda s: order.index(s.config) if s.config in order else len(order))
-        out = self.output_dir
-        if self.sweeps:
-            self._write_results(out)
-            summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-            if summary_path:
-                with open(summary_path, "a", encoding="utf-8") as fh:
-                    fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
-            if self.settings["plots"]:
-                from pytest_llmperf.plugin.plots import write_plots
+        self._flush_baselines(session)
+        from pytest_llmperf.plugin.reports import write_reports
 
-                write_plots(
-                    out / "plots",
-                    self.sweeps,
-                    self.points,
-                    self.sweep_checks,
-                    [c for suite in self.suites.values() for c in suite.crossovers],
-                    self.safe_hardware,
-                    lambda key: self._store.get(key, mark_used=False) if self._store else None,
-                )
-        if self.ab_points:  # ab: ab.json and its Markdown table
-            from pytest_llmperf.plugin.ab import write_ab
+        self.report_errors += write_reports(self)
 
-            write_ab(self.ab_points, out)
+    def _flush_baselines(self, session: pytest.Session) -> None:
+        from pytest_llmperf.verdicts.baseline import BaselineFileError
+
         if self._store is None:
             return
         update = bool(self.settings["update"])
@@ -546,7 +547,11 @@ class LLMPerfSession:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
-        lines: list[str] = [report.summary()] if (report.files or update) else []
+        lines: list[str] = list(self._store.replaced)
+        lines += [report.summary()] if (report.files or update) else []
+        lines += [f"not written: {e}" for e in report.errors]
+        if report.errors and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if unused and not update:
             warn_only = bool(self.settings["warn_unused"])
             lines.append(
@@ -559,19 +564,6 @@ class LLMPerfSession:
             if not warn_only and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         self.baseline_lines = lines
-
-    def _write_results(self, out: Path) -> None:
-        """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
-        from pytest_llmperf.report.results_file import RunFile, save_run
-
-        by_hw: dict[str, list[SweepResult]] = {}
-        for sweep in self.sweeps:
-            by_hw.setdefault(self.safe_hardware(sweep.config), []).append(sweep)
-        out.mkdir(parents=True, exist_ok=True)
-        for i, (hw, sweeps) in enumerate(sorted(by_hw.items())):
-            name = "results.json" if i == 0 else f"results-{hw}.json"
-            checks = [j for j in self.checks if self.safe_hardware(j.config) == hw]
-            save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
 
     def summary_lines(self) -> list[str]:
         """The terminal summary: tables, whole-sweep checks, invalid levels, baselines."""
@@ -587,6 +579,7 @@ class LLMPerfSession:
         lines += [f"INVALID: {line}" for line in self.invalid]
         lines += [f"NOT MEASURED: {c}: {why}" for c, why in self.unmeasured.items()]
         lines += [f"baselines: {line}" for line in self.baseline_lines]
+        lines += [f"WARNING: {line}" for line in self.report_errors]
         lines.append(f"results: {self.output_dir / 'results.json'}")
         if self.settings["plots"]:
             lines.append(f"plots: {self.output_dir / 'plots'}")

@@ -24,7 +24,7 @@ from pytest_llmperf.run.adjust import (
     launch_noise,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry
+from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
     SWEEP_LEVEL,
@@ -153,6 +153,21 @@ class PointCheck:
         self.samples = self.run.ensure(
             self.config, self.workload, self.concurrency, n, independent=n > 1
         )
+        if self.update:
+            self._replace_invalid(n)
+
+    def _replace_invalid(self, n: int) -> None:
+        """Recording: re-measure (fresh launches where possible) while fewer than ``n`` samples
+        are valid, at most ``max_reruns`` times; invalid ones are then left out of the entry."""
+        for _ in range(self.max_reruns):
+            valid, _ = valid_samples(self.samples, self.workload, self.policy)
+            if len(valid) >= n:
+                return
+            try:
+                self.run.measure(self.config, self.workload, self.concurrency, fresh_launch=True)
+            except PointError:
+                break
+            self.samples = self.run.samples(self.config, self.workload, self.concurrency)
 
     def _residuals(self) -> dict[str, list[float]] | None:
         if not self.adjusting:
@@ -260,14 +275,25 @@ class PointCheck:
         return out
 
     def _record(self) -> None:
+        """Queue the entry from the valid samples only (judging's policy); the verdict was
+        not INVALID, so at least one is valid."""
         facts = self.run.facts(self.config)
+        valid, left_out = valid_samples(self.samples, self.workload, self.policy)
+        by_launch = None
+        if self.adjusting:
+            ok = {id(s) for s in valid}
+            by_launch = {
+                lid: {c: s for c, s in got.items() if c != self.concurrency or id(s) in ok}
+                for lid, got in self.run.by_launch(self.config, self.workload).items()
+            }
         entry = recorded_entry(
-            self.samples,
-            self.run.by_launch(self.config, self.workload) if self.adjusting else None,
+            valid,
+            by_launch,
             self.concurrency,
             self.store.get(self.key),
             version=facts.version if facts else None,
             git_commit=git_commit(),
+            invalid_left_out=len(left_out),
         )
         self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
 

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from pytest_llmperf.base.metric_defs import METRICS
-from pytest_llmperf.base.results import LevelResult, ServerFacts
+from pytest_llmperf.base.results import LevelResult, ServerFacts, Workload
 from pytest_llmperf.report.results_file import RunFile
 from pytest_llmperf.report.tables import redact_args
 from pytest_llmperf.run.adjust import baseline_residuals, can_adjust
 from pytest_llmperf.verdicts.baseline import BaselineStore, FlushReport, entry_from_levels
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance
 from pytest_llmperf.verdicts.launch_adjust import Launches
-from pytest_llmperf.verdicts.validity import check_level
+from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 
 __all__ = [
     "RECORDED_METRICS",
@@ -36,6 +36,7 @@ __all__ = [
     "provenance",
     "record_runs",
     "recorded_entry",
+    "valid_samples",
 ]
 
 # Recorded in every new baseline entry (those measured: goodput only with an SLO); only
@@ -71,6 +72,22 @@ def provenance(facts: ServerFacts | None, hardware: str, git_commit: str | None)
     )
 
 
+def valid_samples(
+    samples: Sequence[LevelResult], workload: Workload | None, policy: ValidityPolicy | None
+) -> tuple[list[LevelResult], list[str]]:
+    """The samples judging would use (each checked, as ``compare_point`` does) and the
+    reasons of those it would leave out, one per left-out sample."""
+    valid: list[LevelResult] = []
+    left_out: list[str] = []
+    for s in samples:
+        reasons = check_level(s, workload, policy)
+        if reasons:
+            left_out.append(reasons[0])
+        else:
+            valid.append(s)
+    return valid, left_out
+
+
 def recorded_entry(
     samples: Sequence[LevelResult],
     by_launch: Launches | None,
@@ -79,11 +96,17 @@ def recorded_entry(
     *,
     version: str | None,
     git_commit: str | None,
+    invalid_left_out: int = 0,
 ) -> BaselineEntry:
-    """The entry a recording writes for one point: every recorded metric of ``samples``, the
-    launch residuals over ``by_launch`` when given, and the old entry's hand-set tolerance."""
+    """The entry a recording writes for one point: every recorded metric of ``samples`` (all
+    valid: the caller left ``invalid_left_out`` others out), the launch residuals over
+    ``by_launch`` when given, and the old entry's hand-set tolerance."""
     entry = entry_from_levels(
-        samples, RECORDED_METRICS, sglang_version=version, git_commit=git_commit
+        samples,
+        RECORDED_METRICS,
+        sglang_version=version,
+        git_commit=git_commit,
+        invalid_left_out=invalid_left_out,
     )
     if by_launch is not None:
         res = baseline_residuals(by_launch, concurrency, list(entry.metrics))
@@ -130,6 +153,7 @@ def record_runs(
     wrote, one per xdist worker), each run its own launch."""
     # (hardware, config, workload key) -> C -> valid samples, and the sweeps' server facts.
     points: dict[tuple[str, str, str], dict[int, list[LevelResult]]] = {}
+    dropped: dict[tuple[str, str, str, int], int] = {}
     facts: dict[tuple[str, str, str], ServerFacts] = {}
     skipped: list[str] = []
     for i, files in enumerate(runs, start=1):
@@ -138,10 +162,9 @@ def record_runs(
             facts.setdefault(where, sweep.server)
             per_level = points.setdefault(where, {})
             for c in sorted({lv.max_concurrency for lv in sweep.levels}):
-                got = [
-                    _tagged(i, s) for s in sweep.samples(c) if not check_level(s, sweep.workload)
-                ]
-                per_level.setdefault(c, []).extend(got)
+                got, left = valid_samples(sweep.samples(c), sweep.workload, None)
+                per_level.setdefault(c, []).extend(_tagged(i, s) for s in got)
+                dropped[(*where, c)] = dropped.get((*where, c), 0) + len(left)
     for (hw, config, wl), per_level in sorted(points.items()):
         levels = sorted(per_level)
         by_launch = _by_launch(per_level)
@@ -159,6 +182,7 @@ def record_runs(
                 store.get(key),
                 version=server.version,
                 git_commit=git_commit,
+                invalid_left_out=dropped.get((hw, config, wl, c), 0),
             )
             store.queue_update(key, entry, provenance(server, hw, git_commit))
     recording = Recording(flushed=store.flush(delete_unused=False), skipped=skipped)

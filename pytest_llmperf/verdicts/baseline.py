@@ -13,6 +13,7 @@ import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -96,9 +97,10 @@ def entry_from_levels(
     tolerance: float | None = None,
     sglang_version: str | None = None,
     git_commit: str | None = None,
+    invalid_left_out: int = 0,
 ) -> BaselineEntry:
     """A baseline entry from one or more repeats of the same point (metrics not measured are
-    left out)."""
+    left out); ``invalid_left_out`` counts the invalid samples the caller left out."""
     if not levels:
         raise ValueError("entry_from_levels() needs at least one LevelResult")
     summaries: dict[str, MetricSummary] = {}
@@ -119,6 +121,7 @@ def entry_from_levels(
         git_commit=git_commit,
         server_max_running_requests=last.server_max_running_requests,
         notes=list(last.notes),
+        invalid_left_out=invalid_left_out,
     )
 
 
@@ -130,6 +133,7 @@ class FlushReport:
     updated: list[EntryKey] = field(default_factory=list)
     deleted: list[EntryKey] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # files that could not be written
 
     def summary(self) -> str:
         parts = []
@@ -168,10 +172,21 @@ class BaselineStore:
     """
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, lock_timeout: float = LOCK_TIMEOUT_S
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+        replace_broken: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.lock_timeout = lock_timeout
+        # --llmperf-update: a file that does not parse reads as absent and is replaced (said
+        # once in ``replaced``), as its error message tells the user.
+        self.replace_broken = replace_broken
+        self.replaced: list[str] = []
+        # Only entries recorded before this store opened may be deleted as unused: a
+        # concurrent session sharing the directory may have written the others meanwhile.
+        self.opened_at = datetime.now(UTC)
         self._files: dict[tuple[str, str], BaselineFile | None] = {}
         self._pending: dict[EntryKey, BaselineEntry] = {}
         self._provenance: dict[tuple[str, str], Provenance] = {}
@@ -187,7 +202,17 @@ class BaselineStore:
         k = (hardware, config)
         if k not in self._files:
             p = self.path_for(hardware, config)
-            self._files[k] = load_baseline_file(p) if p.exists() else None
+            try:
+                got = load_baseline_file(p, hardware=hardware, config=config)
+            except BaselineFileError as exc:
+                if not p.exists():
+                    got = None
+                elif self.replace_broken and exc.replaceable:
+                    self.replaced.append(f"replacing a broken file with this session's: {exc}")
+                    got = None
+                else:
+                    raise
+            self._files[k] = got
         return self._files[k]
 
     def get(self, key: EntryKey, *, mark_used: bool = True) -> BaselineEntry | None:
@@ -275,16 +300,27 @@ class BaselineStore:
                 (report.updated if existed else report.created).append(key)
             dels = deletions.get((hw, cfg), [])
             path = self.path_for(hw, cfg)
-            self._files[(hw, cfg)] = write_baseline_file(
-                path,
-                hw,
-                cfg,
-                {(k.workload, k.concurrency): e for k, e in updates.items()},
-                deletions=[(k.workload, k.concurrency) for k in dels],
-                provenance=self._provenance.get((hw, cfg)),
-                lock_timeout=self.lock_timeout,
-            )
-            report.deleted.extend(dels)
+            try:
+                written = write_baseline_file(
+                    path,
+                    hw,
+                    cfg,
+                    {(k.workload, k.concurrency): e for k, e in updates.items()},
+                    deletions=[(k.workload, k.concurrency) for k in dels],
+                    provenance=self._provenance.get((hw, cfg)),
+                    lock_timeout=self.lock_timeout,
+                    deletable_before=self.opened_at,
+                )
+            except BaselineFileError as exc:  # the other files are still written
+                report.errors.append(str(exc))
+                for key in updates:
+                    for done in (report.created, report.updated):
+                        if key in done:
+                            done.remove(key)
+                continue
+            self._files[(hw, cfg)] = written
+            gone = [k for k in dels if written.entry(k.workload, k.concurrency) is None]
+            report.deleted.extend(gone)
             report.files.append(path)
         self._pending.clear()
         return report
@@ -304,6 +340,7 @@ class BaselineStore:
             ],
             "used": [list(k) for k in sorted(self._used)],
             "scopes": [list(s) for s in sorted(self._scopes, key=repr)],
+            "opened_at": self.opened_at.isoformat(),
         }
 
     @classmethod
@@ -321,3 +358,5 @@ class BaselineStore:
             self._provenance[(hw, cfg)] = Provenance.model_validate(item["provenance"])
         self._used.update(EntryKey(*k) for k in data.get("used", []))
         self._scopes.update(_Scope(*s) for s in data.get("scopes", []))
+        if "opened_at" in data:  # the earliest worker's start bounds what may be deleted
+            self.opened_at = min(self.opened_at, datetime.fromisoformat(data["opened_at"]))

@@ -40,6 +40,7 @@ from pytest_llmperf.base.version import __version__
 __all__ = [
     "LOCK_TIMEOUT_S",
     "MAX_RAW_SAMPLES",
+    "SCHEMA_VERSION",
     "SWEEP_LEVEL",
     "BaselineEntry",
     "BaselineFile",
@@ -60,13 +61,27 @@ SWEEP_LEVEL = 0
 # mean/std/n carry the information and the file stays reviewable.
 MAX_RAW_SAMPLES = 20
 LOCK_TIMEOUT_S = 60.0
+SCHEMA_VERSION: Literal[2] = 2
+# Rates every served point has above 0 (a 0 or negative mean is a broken file).
+_SERVED_RATES = frozenset({"output_throughput"})
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+@=-]*$")
-_FIX_HINT = "re-record it with --llmperf-update (or `git checkout` the file)"
+# --llmperf-update replaces a file that does not parse (and says so): write_baseline_file.
+_FIX_HINT = (
+    "fix it, `git checkout` it, or re-record it with --llmperf-update (which replaces the "
+    "whole file with that session's entries)"
+)
 
 
 class BaselineFileError(LLMPerfError):
-    """A baseline file is unreadable or invalid; the message names path, field, reason, fix."""
+    """A baseline file is unreadable or invalid; the message names path, field, reason, fix.
+
+    ``replaceable``: ``--llmperf-update`` may replace the file (it does not parse); a file
+    that parses but belongs elsewhere, or a directory that cannot be written, is not."""
+
+    def __init__(self, message: str, *, replaceable: bool = True) -> None:
+        super().__init__(message)
+        self.replaceable = replaceable
 
 
 def check_name(value: str, what: str) -> str:
@@ -119,6 +134,14 @@ class MetricSummary(_Model):
             raise ValueError("must be a finite number")
         return v
 
+    @field_validator("samples")
+    @classmethod
+    def _finite_samples(cls, v: list[float] | None) -> list[float] | None:
+        for i, x in enumerate(v or []):
+            if not math.isfinite(x):
+                raise ValueError(f"samples[{i}] is {x}; every sample must be a finite number")
+        return v
+
     @model_validator(mode="after")
     def _samples_match_n(self) -> MetricSummary:
         if self.samples is not None and len(self.samples) != self.n:
@@ -143,6 +166,9 @@ class BaselineEntry(_Model):
     git_commit: str | None = None
     server_max_running_requests: int | None = None
     notes: list[str] = Field(default_factory=list)
+    # Samples measured for this entry but left out as invalid (validity.check_level, the
+    # policy judging applies): the entry rests on ``n`` valid ones.
+    invalid_left_out: NonNegativeInt = 0
 
     @field_validator("metrics")
     @classmethod
@@ -157,6 +183,11 @@ class BaselineEntry(_Model):
                 raise ValueError(
                     f"metric {name!r} has direction {summary.direction!r}, "
                     f"but {name} is {d.direction}-is-better"
+                )
+            if name in _SERVED_RATES and summary.mean <= 0:
+                raise ValueError(
+                    f"metric {name!r} has mean {summary.mean:g} {d.unit}; a recorded rate "
+                    "must be above 0 (nothing was served at this point)"
                 )
         return v
 
@@ -180,7 +211,8 @@ class Provenance(_Model):
 class BaselineFile(_Model):
     """The on-disk format of ``<dir>/<hardware>/<config>.json``."""
 
-    schema_version: Literal[1] = 1
+    # 2 added ``invalid_left_out``; version-1 files load unchanged (it defaults to 0).
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     hardware: str
     config: str
     provenance: Provenance = Field(default_factory=Provenance)
@@ -226,9 +258,48 @@ def baseline_path(directory: str | os.PathLike[str], hardware: str, config: str)
     return Path(directory) / hardware / f"{config}.json"
 
 
-def load_baseline_file(path: str | os.PathLike[str]) -> BaselineFile:
-    """Parse and validate one file; any problem is a ``BaselineFileError`` meant for people."""
-    return load_model_file(path, BaselineFile, "baseline file", _FIX_HINT, BaselineFileError)
+def _duplicate_keys(path: Path) -> str | None:
+    """The first key written twice in one JSON object (a bad merge: the last would win)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for k, _ in items:
+            if k in seen and not found:
+                found.append(k)
+            seen.add(k)
+        return dict(items)
+
+    try:
+        json.loads(path.read_bytes(), object_pairs_hook=pairs)
+    except (OSError, ValueError):
+        return None  # load_model_file names what is wrong with it
+    return found[0] if found else None
+
+
+def load_baseline_file(
+    path: str | os.PathLike[str], *, hardware: str | None = None, config: str | None = None
+) -> BaselineFile:
+    """Parse and validate one file; any problem is a ``BaselineFileError`` meant for people.
+    With ``hardware``/``config``, the file must say the same as its place in the directory."""
+    p = Path(path)
+    dup = _duplicate_keys(p)
+    if dup is not None:
+        raise BaselineFileError(
+            f"{p}: baseline file is invalid: key {dup!r} appears twice in one object (a bad "
+            f"merge?); keep one of them; {_FIX_HINT}"
+        )
+    f = load_model_file(p, BaselineFile, "baseline file", _FIX_HINT, BaselineFileError)
+    for field_name, want in (("hardware", hardware), ("config", config)):
+        got = getattr(f, field_name)
+        if want is not None and got != want:
+            raise BaselineFileError(
+                f"{p}: baseline file is invalid: field {field_name!r} is {got!r} but the file "
+                f"lies where {field_name} {want!r} is kept; move the file to its own directory "
+                "or delete it (--llmperf-update will not overwrite another key's file)",
+                replaceable=False,
+            )
+    return f
 
 
 def _sorted(obj: Any) -> Any:
@@ -250,7 +321,18 @@ def _dump(model: BaseModel) -> str:
 def _lock_for(path: Path, timeout: float) -> FileLock:
     path.parent.mkdir(parents=True, exist_ok=True)
     # is_singleton: two stores in one process must not trip filelock's deadlock detector.
-    return FileLock(str(path.resolve()) + ".lock", timeout=timeout, is_singleton=True)
+    return FileLock(str(path) + ".lock", timeout=timeout, is_singleton=True)
+
+
+def _unwritable(path: Path, exc: OSError) -> BaselineFileError:
+    why = exc.strerror or str(exc)
+    where = exc.filename or path
+    return BaselineFileError(
+        f"{path}: cannot write the baseline file: {why} ({where}); the file on disk is "
+        "unchanged. Point --llmperf-baseline-dir at a writable directory (or free space) and "
+        "re-run with --llmperf-update",
+        replaceable=False,
+    )
 
 
 def write_baseline_file(
@@ -262,47 +344,67 @@ def write_baseline_file(
     deletions: Iterable[tuple[str, int]] = (),
     provenance: Provenance | None = None,
     lock_timeout: float = LOCK_TIMEOUT_S,
+    deletable_before: datetime | None = None,
 ) -> BaselineFile:
     """Merge ``updates``/``deletions`` into whatever is on disk *now*, under the lock.
 
     A file on disk that no longer parses is replaced (this runs only on an explicit update,
-    which is the documented fix for a broken file).
+    which is the documented fix for a broken file). A symlinked file stays a symlink: its
+    target is written (atomically) and locked. ``deletions`` remove only entries recorded
+    before ``deletable_before`` (when given): an entry another session wrote meanwhile stays.
+    Every ``OSError`` (a file in place of the directory, no permission, a full disk) is a
+    ``BaselineFileError`` naming the path; the old file stays as it was.
     """
     p = Path(path)
-    lock = _lock_for(p, lock_timeout)
+    try:
+        p = p.resolve() if p.is_symlink() else p
+        lock = _lock_for(p, lock_timeout)
+    except OSError as exc:
+        raise _unwritable(Path(path), exc) from None
     try:
         with lock:
             current: BaselineFile | None = None
             if p.exists():
                 try:
                     current = load_baseline_file(p)
-                except BaselineFileError:
+                except BaselineFileError as exc:
+                    if not exc.replaceable:
+                        raise
                     current = None
             if current is None:
                 current = BaselineFile(hardware=hardware, config=config)
             if (current.hardware, current.config) != (hardware, config):
                 raise BaselineFileError(
                     f"{p}: holds hardware={current.hardware!r} config={current.config!r}, "
-                    f"expected {hardware!r}/{config!r}; move or delete the file"
+                    f"expected {hardware!r}/{config!r}; move or delete the file",
+                    replaceable=False,
                 )
             for wl, c in deletions:
                 levels = current.workloads.get(wl)
-                if levels is not None:
-                    levels.pop(c, None)
-                    if not levels:
-                        del current.workloads[wl]
+                old = levels.get(c) if levels is not None else None
+                if levels is None or old is None:
+                    continue
+                if deletable_before is not None and old.recorded_at >= deletable_before:
+                    continue  # recorded while this session ran: another writer's
+                del levels[c]
+                if not levels:
+                    del current.workloads[wl]
             for (wl, c), entry in updates.items():
                 current.workloads.setdefault(wl, {})[c] = entry
             if provenance is not None and updates:
                 current.provenance = provenance
+            current.schema_version = SCHEMA_VERSION
             if not current.workloads:
                 if p.exists():
                     p.unlink()
                 return current
             atomic_write_text(p, _dump(current))
             return current
-    except LockTimeout:
+    except LockTimeout:  # before OSError: filelock's Timeout is a TimeoutError
         raise BaselineFileError(
             f"{p}: could not lock {lock.lock_file} within {lock_timeout:g} s; another "
-            "process is writing baselines (or left a lock on a network filesystem)"
+            "process is writing baselines (or left a lock on a network filesystem)",
+            replaceable=False,
         ) from None
+    except OSError as exc:
+        raise _unwritable(p, exc) from None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, run
+from .conftest import RELAXED_CLIENT_CHECK, SUITE, run
 
 # Long enough levels that aggregate tok/s is steady on a shared CPU.
 METRICS = ["--llmperf-metrics", "output_throughput", "--llmperf-output-len", "128"]
@@ -56,16 +56,29 @@ def test_k_selects_points_and_unused_counts_only_selected(suite):
     only = run(suite, *METRICS, "-k", "C4")
     only.assert_outcomes(passed=3, deselected=3)
     assert "entries unused" not in only.stdout.str()
-    # Fewer levels in the whole run: the C=4 entries are now unused, which fails the session.
-    fewer = run(suite, *METRICS, "--llmperf-levels", "1")
+    # --llmperf-levels narrows this session only: C=4 could not be measured, so it is not
+    # unused, the run passes without advising the deleting command, and an update keeps it.
+    narrowed = run(suite, *METRICS, "--llmperf-levels", "1")
+    narrowed.assert_outcomes(passed=3)
+    assert narrowed.ret == 0 and "entries unused" not in narrowed.stdout.str()
+    kept = run(suite, *METRICS, "--llmperf-levels", "1", "--llmperf-update")
+    assert kept.ret == 0 and "entries deleted" not in kept.stdout.str()
+    assert _entries(suite) == {"mtp": ["1", "4"], "plain": ["1", "4"]}
+    # The suite itself drops C=4: those entries are unused, which fails the session.
+    (suite.path / "llmperf.toml").write_text(SUITE.replace("levels = [1, 4]", "levels = [1]"))
+    fewer = run(suite, *METRICS)
     fewer.assert_outcomes(passed=3)
     assert fewer.ret == 1
     fewer.stdout.fnmatch_lines(["*2 baseline entries unused*--llmperf-update to delete them*"])
-    warned = run(suite, *METRICS, "--llmperf-levels", "1", "--llmperf-warn-unused")
+    warned = run(suite, *METRICS, "--llmperf-warn-unused")
     assert warned.ret == 0
-    deleted = run(suite, *METRICS, "--llmperf-levels", "1", "--llmperf-update")
+    deleted = run(suite, *METRICS, "--llmperf-update")
     deleted.stdout.fnmatch_lines(["*2 baseline entries deleted*"])
-    assert run(suite, *METRICS, "--llmperf-levels", "1").ret == 0
+    assert run(suite, *METRICS).ret == 0
+    # Another workload (a flag) measures its own entries and never deletes the suite's.
+    other = run(suite, *METRICS, "--llmperf-input-len", "32", "--llmperf-update")
+    assert other.ret == 0 and "entries deleted" not in other.stdout.str()
+    assert run(suite, *METRICS).ret == 0
 
 
 def _entries(suite) -> dict[str, list[str]]:

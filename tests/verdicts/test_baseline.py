@@ -72,7 +72,7 @@ def test_entry_from_levels_keeps_samples_and_spread() -> None:
     ("mutate", "needle"),
     [
         (lambda t: t[: len(t) // 2], "<root>: Invalid JSON"),
-        (lambda t: t.replace('"schema_version": 1', '"schema_version": 7'), "schema_version"),
+        (lambda t: t.replace('"schema_version": 2', '"schema_version": 7'), "schema_version"),
         (lambda t: t.replace('"output_throughput"', '"output_thruput"', 1), "unknown metric"),
         (lambda t: t.replace('"std": 0.0', '"std": -1.0', 1), ".std: Input should be greater"),
         (lambda t: t.replace('"hardware"', '"hardwre"'), "hardwre: Extra inputs"),
