@@ -477,9 +477,10 @@ def launch(
         tail = handle.log_tail(TAIL_LINES_IN_ERRORS)
         port_taken = any(m in tail.lower() for m in _PORT_TAKEN_MARKERS)
         # A command that daemonizes its server exits while the server it forked runs on.
+        answering = rc is not None and not port_taken and _answers(host, chosen)
+        # after the port check: a daemon forked just before the command exited is up by now
         left = [] if rc is None else [p for p in reaper.tagged(tag) if p.pid != proc.pid]
         left_text = ", ".join(f"pid {p.pid} ({_command(p)})" for p in left)
-        answering = rc is not None and not port_taken and _answers(host, chosen)
         handle.close(grace_s=grace_s)
         if rc is not None and rc != 0 and port_taken and port is None and attempt < PORT_ATTEMPTS:
             with log_path.open("ab") as log:

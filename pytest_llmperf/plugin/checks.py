@@ -15,7 +15,7 @@ import pytest
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.plugin.warnings import warn
 from pytest_llmperf.report.tables import redact
-from pytest_llmperf.run import ab, checks
+from pytest_llmperf.run import ab, checks, sweep_checks
 from pytest_llmperf.run.checks import Outcome
 
 T = TypeVar("T")
@@ -93,11 +93,11 @@ class _SweepAsserts:
         enact(_call(self.judge))  # type: ignore[attr-defined]
 
 
-class CrossoverCheck(_SweepAsserts, checks.CrossoverCheck):
+class CrossoverCheck(_SweepAsserts, sweep_checks.CrossoverCheck):
     """The largest C where a config still beats its reference: ``.assert_baseline()``."""
 
 
-class SloCheck(_SweepAsserts, checks.SloCheck):
+class SloCheck(_SweepAsserts, sweep_checks.SloCheck):
     """The largest swept C within the suite's SLO: ``.assert_baseline()``."""
 
 

@@ -336,15 +336,15 @@ VALID_TEXT = json.dumps(VALID_BASELINE, indent=2)
         ('{"schema_version": 1, "hardware": ', "  - <root>: Invalid JSON: *"),
         (VALID_TEXT[: len(VALID_TEXT) // 2], "  - <root>: Invalid JSON: EOF while parsing*"),
         (
-            VALID_TEXT.replace('"schema_version": 1', '"schema_version": 2'),
-            "  - schema_version: Input should be 1*",
+            VALID_TEXT.replace('"schema_version": 1', '"schema_version": 3'),
+            "  - schema_version: Input should be 1 or 2*",
         ),
         (
             VALID_TEXT.replace('"output_throughput"', '"output_thruput"'),
             "  - workloads.sglang-in64-out16.1.metrics: *unknown metric 'output_thruput'*",
         ),
     ],
-    ids=["malformed-json", "truncated", "schema-version-2", "unknown-metric"],
+    ids=["malformed-json", "truncated", "schema-version-3", "unknown-metric"],
 )
 def test_bad_baseline_file_fails_its_test_naming_path_and_field(
     one: pytest.Pytester, text: str, reason: str
@@ -357,8 +357,9 @@ def test_bad_baseline_file_fails_its_test_naming_path_and_field(
     result.assert_outcomes(failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     head = (
-        f"{path}: baseline file is invalid (* error(s)); re-record it with --llmperf-update "
-        "(or `git checkout` the file):"
+        f"{path}: baseline file is invalid (* error(s)); fix it, `git checkout` it, or "
+        "re-record it with --llmperf-update (which replaces the whole file with that "
+        "session's entries):"
     )
     result.stdout.fnmatch_lines(["*_ test_sweep[[]plain-C1[]] _*", head, reason])
     result.stdout.fnmatch_lines([f"baselines: not written: {head}"])

@@ -244,8 +244,8 @@ def test_server_fails_mid_sweep(two: pytest.Pytester, fault: str) -> None:
 
 
 def test_port_taken_server_starts_on_another(two: pytest.Pytester) -> None:
-    """The first port of the range (20000 without xdist) is held by someone else: the server
-    starts on another port of the range and the run passes."""
+    """A port someone else listens on (20000, where every session once started) is never
+    chosen: ports come from the OS (tests/launcher/test_ports.py races sessions for them)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
         taken = None
         for port in range(20000, 21000):  # the first free one is the one the plugin would pick
@@ -263,7 +263,7 @@ def test_port_taken_server_starts_on_another(two: pytest.Pytester) -> None:
     results = read_json(two.path / "llmperf-results" / "results.json")
     ports = {int(s["server"]["url"].rsplit(":", 1)[1]) for s in results["sweeps"]}
     assert len(results["sweeps"]) == 2
-    assert taken not in ports and all(20000 <= p < 21000 for p in ports)
+    assert taken not in ports and len(ports) == 2
     logs = [p.read_text() for p in (two.path / "llmperf-results" / "logs").glob("*.log")]
     assert len(logs) == 2
     assert not any(f"--port {taken}" in text for text in logs)

@@ -25,7 +25,7 @@ def test_update_records_then_the_same_server_passes(suite, xdist_args):
     )
     assert len(files) == 2 and files[0].endswith("/mtp.json") and files[1].endswith("/plain.json")
     data = json.loads((suite.path / files[1]).read_text())
-    assert data["schema_version"] == 1 and data["config"] == "plain"
+    assert data["schema_version"] == 2 and data["config"] == "plain"
     (levels,) = data["workloads"].values()
     assert sorted(levels) == ["1", "4"]
     assert levels["4"]["metrics"]["output_throughput"]["mean"] > 0

@@ -71,14 +71,14 @@ def test_two_workers_record_both_configs_once(independent: pytest.Pytester) -> N
         assert sorted(data["workloads"]["sglang-in64-out16"]) == ["1", "4"]
     assert not [p for p in directory.iterdir() if p.suffix not in (".json", ".lock")]
 
-    # Each worker's server had its own GPU slice and port range.
+    # Each worker's server had its own GPU slice and its own port.
     results = read_json(independent.path / "llmperf-results" / "results.json")
     servers = {s["config"]: s["server"] for s in results["sweeps"]}
     assert sorted(servers) == ["mtp", "plain"]
     devices = {c: s["server_args"]["sim_cuda_visible_devices"] for c, s in servers.items()}
     assert sorted(devices.values()) == ["0", "1"], devices
-    ranges = {int(s["url"].rsplit(":", 1)[1]) // 1000 for s in servers.values()}
-    assert ranges == {20, 21}  # gw0 from port 20000, gw1 from 21000
+    ports = {int(s["url"].rsplit(":", 1)[1]) for s in servers.values()}
+    assert len(ports) == 2  # claimed machine-wide, so workers never share one
 
     # The workers said what each test judged and on which hardware key: `llmperf compare`
     # agrees with the run (the controller measured nothing, so it cannot know either itself).
