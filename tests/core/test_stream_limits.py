@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -17,6 +17,20 @@ HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def _serving(handle: Handler) -> AsyncIterator[str]:
+    """A loopback server running ``handle`` per connection; its URL while in the block."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
 
 
 @contextlib.asynccontextmanager
@@ -36,12 +50,8 @@ async def endless_event_server(total: int, piece: int = 1 << 16) -> AsyncIterato
             await reader.read()  # the client's close
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
+    async with _serving(handle) as url:
+        yield url
 
 
 def test_decoder_refuses_an_event_past_its_cap() -> None:
@@ -87,12 +97,8 @@ async def stalling_server(events: int) -> AsyncIterator[str]:
             await reader.read()  # the client's close
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.close()
+    async with _serving(handle) as url:
+        yield url
 
 
 @pytest.mark.parametrize("events", [0, 3])

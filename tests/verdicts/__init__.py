@@ -5,6 +5,9 @@ Pure: results are built by hand with the factories below; no server, no pytest p
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pytest_llmperf.base.results import (
     ClientHealth,
     LevelResult,
@@ -78,3 +81,24 @@ def make_sweep(
         workload=WORKLOAD,
         levels=[make_level(c, v, cap=cap, accept=accept) for c, v in values.items()],
     )
+
+
+def baseline_entry(tput: float, n: int = 1) -> Any:
+    """A baseline entry whose output_throughput samples are ``tput`` and 1 % steps above it."""
+    from pytest_llmperf.verdicts.baseline import BaselineEntry, summarize
+
+    vals = [tput * (1 + 0.01 * k) for k in range(n)]
+    return BaselineEntry(metrics={"output_throughput": summarize("output_throughput", vals)})
+
+
+def write_plain(directory: Path, hw: str, n: int = 1, provenance: Any = None) -> Path:
+    """The PLAIN curve stored as config ``plain`` under ``hw`` in ``directory``."""
+    from pytest_llmperf.verdicts.baseline import BaselineStore, EntryKey, baseline_path
+
+    store = BaselineStore(directory)
+    for c, v in PLAIN.items():
+        store.queue_update(
+            EntryKey(hw, "plain", WORKLOAD.key(), c), baseline_entry(v, n), provenance
+        )
+    store.flush()
+    return baseline_path(directory, hw, "plain")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.verdicts.baseline import BaselineStore, entry_from_levels, summarize
+from pytest_llmperf.verdicts.baseline import BaselineStore, entry_from_levels
 from pytest_llmperf.verdicts.baseline_file import (
     BaselineEntry,
     BaselineFileError,
@@ -24,23 +24,18 @@ from pytest_llmperf.verdicts.baseline_file import (
     write_baseline_file,
 )
 
-from . import PLAIN, WORKLOAD, make_level
+from . import WORKLOAD, baseline_entry, make_level, write_plain
 
 HW = "1xNVIDIA-H100-80GB"
 WL = WORKLOAD.key()
 
 
 def _entry(tput: float, n: int = 1) -> BaselineEntry:
-    vals = [tput * (1 + 0.01 * i) for i in range(n)]
-    return BaselineEntry(metrics={"output_throughput": summarize("output_throughput", vals)})
+    return baseline_entry(tput, n)  # type: ignore[no-any-return]
 
 
 def _write_plain(directory: Path) -> Path:
-    store = BaselineStore(directory)
-    for c, v in PLAIN.items():
-        store.queue_update(EntryKey(HW, "plain", WL, c), _entry(v), Provenance(gpu="H100"))
-    store.flush()
-    return baseline_path(directory, HW, "plain")
+    return write_plain(directory, HW, 1, Provenance(gpu="H100"))
 
 
 def test_round_trip_is_deterministic(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmperf.verdicts.baseline import BaselineStore, summarize
+from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import (
     BaselineEntry,
     BaselineFileError,
@@ -21,23 +21,18 @@ from pytest_llmperf.verdicts.baseline_file import (
     write_baseline_file,
 )
 
-from . import PLAIN, WORKLOAD
+from . import PLAIN, WORKLOAD, baseline_entry, write_plain
 
 HW = "1xNVIDIA-H100-80GB"
 WL = WORKLOAD.key()
 
 
 def _entry(tput: float, n: int = 3) -> BaselineEntry:
-    vals = [tput * (1 + 0.01 * i) for i in range(n)]
-    return BaselineEntry(metrics={"output_throughput": summarize("output_throughput", vals)})
+    return baseline_entry(tput, n)  # type: ignore[no-any-return]
 
 
 def _write_plain(directory: Path) -> Path:
-    store = BaselineStore(directory)
-    for c, v in PLAIN.items():
-        store.queue_update(EntryKey(HW, "plain", WL, c), _entry(v))
-    store.flush()
-    return baseline_path(directory, HW, "plain")
+    return write_plain(directory, HW, 3)
 
 
 def _get(directory: Path, c: int = 64, **kw: bool) -> BaselineEntry | None:
