@@ -7,7 +7,7 @@ shapes. The server front subclasses ``GenerationRoutes`` and adds its info endpo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -20,16 +20,14 @@ from pytest_llmperf.sim.bodies import (
     native_prompts,
     read_json,
 )
+from pytest_llmperf.sim.server_api import Server
 from pytest_llmperf.sim.wire import CHAT, COMPLETIONS, NATIVE, Stream, Usage, token_text
-
-if TYPE_CHECKING:
-    from pytest_llmperf.sim.server import SimServer
 
 
 class GenerationRoutes:
-    """The generation handlers over one ``SimServer``."""
+    """The generation handlers over one server (``SimServer``)."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
 
     async def generate(self, request: web.Request) -> web.StreamResponse:

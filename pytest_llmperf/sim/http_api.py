@@ -11,15 +11,12 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from pytest_llmperf.sim.bodies import json_response
 from pytest_llmperf.sim.generation import GenerationRoutes
-
-if TYPE_CHECKING:
-    pass
 
 # A plausible SGLang release; /server_info also says "simulated": true so nobody is fooled.
 SGLANG_VERSION = "0.5.9"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram
 
-    from pytest_llmperf.sim.server import SimServer
+    from pytest_llmperf.sim.server_api import Server
     from pytest_llmperf.sim.wire import Gen
 
 # Histogram buckets as each engine declares them (seconds).
@@ -139,7 +139,7 @@ class _EngineMetrics:
     itl: Histogram
     e2e: Histogram
 
-    def __init__(self, server: SimServer, labels: list[str], values: Sequence[str]) -> None:
+    def __init__(self, server: Server, labels: list[str], values: Sequence[str]) -> None:
         from prometheus_client import CollectorRegistry
 
         self.server = server
@@ -206,7 +206,7 @@ class _EngineMetrics:
 class SglangMetrics(_EngineMetrics):
     """Prometheus metrics with SGLang's names, in a private registry (one per server)."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: Server) -> None:
         from prometheus_client import Gauge
 
         model = server.served_model_name
@@ -281,7 +281,7 @@ class SglangMetrics(_EngineMetrics):
 class VllmMetrics(_EngineMetrics):
     """A few of vLLM's ``vllm:*`` metrics (V1 engine names), labelled model_name/engine."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: Server) -> None:
         from prometheus_client import Counter
 
         super().__init__(server, ["model_name", "engine"], [server.served_model_name, "0"])

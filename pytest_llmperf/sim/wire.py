@@ -12,14 +12,12 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from pytest_llmperf.sim.engine_api import TokenEvent
-
-if TYPE_CHECKING:
-    from pytest_llmperf.sim.server import SimServer
+from pytest_llmperf.sim.knobs import ServerKnobs
 
 # Deterministic "tokens": a small cyclic vocabulary. Each entry's JSON-escaped text and id
 # bytes are prebuilt so an SSE event is a concatenation of ready-made pieces.
@@ -156,12 +154,23 @@ class Gen:
         }
 
 
+class StreamOwner(Protocol):
+    """What a stream and its encoders read from the server that owns it (``SimServer``)."""
+
+    knobs: ServerKnobs
+    spec_on: bool
+    spec_draft_tokens: int
+
+    def on_token_event(self, gen: Gen, ev: TokenEvent) -> None:
+        """Queue the bytes of one engine event on ``gen``'s stream."""
+
+
 class Stream:
     """One HTTP request: one or more ``Gen``s and the bytes waiting to be written."""
 
     def __init__(
         self,
-        server: SimServer,
+        server: StreamOwner,
         kind: int,
         streaming: bool,
         *,
