@@ -1,14 +1,15 @@
 """The A/B glue of the session (``llmperf_ab``): one shared ``ABRun`` per compare, its files.
 
 Kept out of ``session.py`` so that file stays one job: the state lives on ``LLMPerfSession``
-(``ab_runs``, ``ab_points``), these functions act on it.
+(``ab_runs``, ``ab_points``), these functions act on it. They name only what they read of it
+(``ABSession``), so the session imports them and they do not import the session.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pytest_llmperf.plugin.params import ABParam
 from pytest_llmperf.report.ab_table import AB_FILE_NAME, ABPoint, ab_markdown, ab_table, save_ab
@@ -16,12 +17,22 @@ from pytest_llmperf.run.ab import ABRun
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import Workload
-    from pytest_llmperf.plugin.session import LLMPerfSession
+    from pytest_llmperf.run.perfrun import PerfRun
+    from pytest_llmperf.run.suite import Suite
     from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 
+class ABSession(Protocol):
+    """What ``ab_run`` uses of the session (``LLMPerfSession``)."""
+
+    suites: dict[Path, Suite]
+    ab_runs: dict[tuple[Path, int, Workload, tuple[int, ...]], ABRun]
+
+    def perf_run(self, suite: Suite) -> PerfRun: ...
+
+
 def ab_run(
-    llm: LLMPerfSession,
+    llm: ABSession,
     param: ABParam,
     workload: Workload,
     levels: tuple[int, ...],

@@ -1,18 +1,51 @@
 """The session's reports (results files, the step summary, plots, ab.json), written after
-the baselines: one that cannot be written is a warning naming it, never the session's end."""
+the baselines: one that cannot be written is a warning naming it, never the session's end.
+
+They name only what they read of the session (``SessionResults``), so the session imports
+them and they do not import the session."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import SweepResult
-    from pytest_llmperf.plugin.session import LLMPerfSession
+    from pytest_llmperf.report.ab_table import ABPoint
+    from pytest_llmperf.report.results_file import Judgement
+    from pytest_llmperf.run.checks import SweepCheckResult
+    from pytest_llmperf.run.suite import Suite
+    from pytest_llmperf.verdicts.baseline import BaselineStore
+    from pytest_llmperf.verdicts.compare import PointComparison
+    from pytest_llmperf.verdicts.gates import GateResult
 
 
-def write_reports(self: LLMPerfSession) -> list[str]:
+class SessionResults(Protocol):
+    """What the reports read of the session (``LLMPerfSession``)."""
+
+    settings: dict[str, Any]
+    suites: dict[Path, Suite]
+    sweeps: list[SweepResult]
+    points: dict[str, list[PointComparison]]
+    gates: list[GateResult]
+    sweep_checks: list[SweepCheckResult]
+    checks: list[Judgement]
+    ab_points: list[ABPoint]
+
+    @property
+    def output_dir(self) -> Path: ...
+
+    @property
+    def store(self) -> BaselineStore: ...
+
+    @property
+    def has_store(self) -> bool: ...
+
+    def safe_hardware(self, config: str) -> str: ...
+
+
+def write_reports(self: SessionResults) -> list[str]:
     """results.json, the step summary, plots, ab.json: one that cannot be written is a
     warning naming it (and a summary line); the others are still written."""
     from pytest_llmperf.report.tables import markdown_summary
@@ -52,7 +85,7 @@ def write_reports(self: LLMPerfSession) -> list[str]:
     return errors
 
 
-def _write_results(self: LLMPerfSession, out: Path) -> None:
+def _write_results(self: SessionResults, out: Path) -> None:
     """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
     from pytest_llmperf.report.results_file import RunFile, save_run
 
@@ -66,7 +99,7 @@ def _write_results(self: LLMPerfSession, out: Path) -> None:
         save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
 
 
-def _write_plots(self: LLMPerfSession, directory: Path) -> None:
+def _write_plots(self: SessionResults, directory: Path) -> None:
     from pytest_llmperf.plugin.plots import write_plots
 
     write_plots(
@@ -76,5 +109,5 @@ def _write_plots(self: LLMPerfSession, directory: Path) -> None:
         self.sweep_checks,
         [c for suite in self.suites.values() for c in suite.crossovers],
         self.safe_hardware,
-        lambda key: self._store.get(key, mark_used=False) if self._store else None,
+        lambda key: self.store.get(key, mark_used=False) if self.has_store else None,
     )
