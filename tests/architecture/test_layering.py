@@ -1,9 +1,10 @@
 """The guard of docs/ARCHITECTURE.md: layers import only downwards, pytest only in plugin/.
 
 Every import of every module is read from its source (module level, inside functions, under
-``TYPE_CHECKING``, relative or absolute), so a lazy import cannot hide an upward edge. A cycle
-counts when it can happen at run time: a ``TYPE_CHECKING`` import (a type annotation naming
-the module that owns an object, as in ``sim/``) is held to the layers but is no import cycle.
+``TYPE_CHECKING``, relative or absolute), so a lazy import cannot hide an upward edge, and every
+one of them counts for cycles too: two modules that name each other, even only in annotations,
+are one module in two files. Break such a cycle by moving what both need into a module of its
+own (in ``sim/``, ``server_api`` is the server as its routes and encoders see it).
 """
 
 from __future__ import annotations
@@ -45,29 +46,15 @@ def layer_of(module: str, top: str) -> str:
     return rest[0] if rest else ""
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            test = node.test
-            name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
-            if name == "TYPE_CHECKING":
-                for stmt in node.body:
-                    out.update(id(n) for n in ast.walk(stmt))
-    return out
-
-
-def imports_of(path: Path, module: str, is_package: bool) -> list[tuple[str, int, bool]]:
-    """Every module ``path`` imports: (module, line, at run time?), relative made absolute."""
+def imports_of(path: Path, module: str, is_package: bool) -> list[tuple[str, int]]:
+    """Every module ``path`` imports, wherever the import stands: (module, line), relative
+    made absolute."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = module if is_package else module.rpartition(".")[0]
-    typing_only = _type_checking_nodes(tree)
-    out: list[tuple[str, int, bool]] = []
+    out: list[tuple[str, int]] = []
     for node in ast.walk(tree):
-        runtime = id(node) not in typing_only
         if isinstance(node, ast.Import):
-            out += [(alias.name, node.lineno, runtime) for alias in node.names]
+            out += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -75,9 +62,9 @@ def imports_of(path: Path, module: str, is_package: bool) -> list[tuple[str, int
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            out.append((target, node.lineno, runtime))
+            out.append((target, node.lineno))
             # ``from pkg import submodule`` imports the submodule too
-            out += [(f"{target}.{alias.name}", node.lineno, runtime) for alias in node.names]
+            out += [(f"{target}.{alias.name}", node.lineno) for alias in node.names]
     return out
 
 
@@ -98,14 +85,13 @@ def check_layering(root: Path, layers: dict[str, int] = LAYERS) -> list[str]:
         lines = path.read_text(encoding="utf-8").count("\n")
         if lines > MAX_LINES:
             problems.append(f"{mod}: {lines} lines (over {MAX_LINES}): split it along a seam")
-        for target, line, runtime in imports_of(path, mod, path.name == "__init__.py"):
+        for target, line in imports_of(path, mod, path.name == "__init__.py"):
             head = target.split(".")[0]
             if head in ("pytest", "_pytest") and src not in PYTEST_ALLOWED:
                 problems.append(f"{mod}:{line}: imports {target} outside plugin/")
             if head != top or target not in modules:
                 continue
-            if runtime:
-                graph[mod].add(target)
+            graph[mod].add(target)
             dst = layer_of(target, top)
             if target == top and src != "":
                 problems.append(f"{mod}:{line}: imports the package root (the public API)")
@@ -115,7 +101,10 @@ def check_layering(root: Path, layers: dict[str, int] = LAYERS) -> list[str]:
                 problems.append(f"{mod}:{line}: imports {target} from a higher layer ({dst})")
             elif layers[dst] == layers[src]:
                 problems.append(f"{mod}:{line}: imports {target} from sibling layer {dst}")
-    problems += [f"import cycle: {' -> '.join(c)}" for c in _cycles(graph)]
+    for cycle in _cycles(graph):
+        members = set(cycle)
+        edges = [f"{a} -> {b}" for a in cycle for b in sorted(graph[a] & members)]
+        problems.append(f"import cycle: {', '.join(cycle)} ({'; '.join(edges)})")
     return problems
 
 
@@ -221,9 +210,24 @@ def test_pytest_is_allowed_in_plugin(tmp_path: Path) -> None:
     assert check_layering(root) == []
 
 
-def test_a_type_only_back_reference_is_no_cycle(tmp_path: Path) -> None:
+def test_a_type_only_back_reference_is_a_cycle(tmp_path: Path) -> None:
     files = {
         "core/b.py": "from pkg.core import c\n",
         "core/c.py": TYPING_ONLY.format("import pkg.core.b"),
     }
-    assert check_layering(_tree(tmp_path, {**BASE, **files})) == []
+    problems = check_layering(_tree(tmp_path, {**BASE, **files}))
+    assert problems == [
+        "import cycle: pkg.core.b, pkg.core.c (pkg.core.b -> pkg.core.c; pkg.core.c -> pkg.core.b)"
+    ], problems
+
+
+def test_a_cycle_through_function_local_and_type_only_imports_is_named(tmp_path: Path) -> None:
+    files = {
+        "core/a.py": "def f():\n    from pkg.core import b\n",
+        "core/b.py": TYPING_ONLY.format("from pkg.core.c import C"),
+        "core/c.py": "from pkg.core import a\n",
+        "core/d.py": "from pkg.core import a\n",  # imports into the cycle, not part of it
+    }
+    problems = check_layering(_tree(tmp_path, {**BASE, **files}))
+    cycle = "pkg.core.a -> pkg.core.b; pkg.core.b -> pkg.core.c; pkg.core.c -> pkg.core.a"
+    assert problems == [f"import cycle: pkg.core.a, pkg.core.b, pkg.core.c ({cycle})"], problems
