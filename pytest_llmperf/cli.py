@@ -15,12 +15,17 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from pydantic import ValidationError
 
 from pytest_llmperf.base.results import Mode, SweepResult, Workload
-from pytest_llmperf.base.values import parse_levels, parse_positive_float, parse_positive_int
+from pytest_llmperf.base.values import (
+    argparse_type,
+    parse_levels,
+    parse_positive_float,
+    parse_positive_int,
+)
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
 from pytest_llmperf.report.tables import level_table
 
@@ -34,22 +39,9 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 # --- arguments ---------------------------------------------------------------------------------
-def _argtype(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """The settings' own value parser as an argparse type: one message for one mistake."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = parse.__name__.removeprefix("parse_")
-    return convert
-
-
-_levels = _argtype(lambda text: list(parse_levels(text)))
-_positive_int = _argtype(parse_positive_int)
-_positive_float = _argtype(parse_positive_float)
+_levels = argparse_type(lambda text: list(parse_levels(text)))
+_positive_int = argparse_type(parse_positive_int)
+_positive_float = argparse_type(parse_positive_float)
 
 
 def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,6 +7,7 @@ the caller prefixes with where the value came from.
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
@@ -216,6 +217,20 @@ def parse_secret(text: Any) -> SecretStr:
 def reveal(secret: SecretStr | str | None) -> str | None:
     """The plain value, for the one place that needs it (an Authorization header)."""
     return secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+
+
+def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """One of these parsers as an argparse ``type=``: a bad value exits 2 with the parser's own
+    message after the flag's name (argparse would print only "invalid parse_... value")."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__.removeprefix("parse_")
+    return convert
 
 
 def parse_slack(text: Any) -> float:
