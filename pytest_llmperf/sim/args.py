@@ -4,6 +4,10 @@ Flags keep SGLang's names, aliases and defaults, and argparse keeps ``allow_abbr
 does, so ``--tp 2`` works. Unknown flags are accepted and logged rather than rejected: real
 flag names drift between SGLang releases and a suite's config must run against the simulator
 unchanged. A malformed value of a *known* flag still exits 2 with argparse's message.
+
+SGLang's and vLLM's own flags take argparse's ``int``/``float`` as their parsers do (so their
+messages read the same); the simulator's ``--sim-*`` flags take the package's shared value
+parsers (``base/values.py``), as the settings and the ``llmperf`` CLI do.
 """
 
 from __future__ import annotations
@@ -14,6 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from pytest_llmperf.base.values import (
+    argparse_type,
+    parse_float,
+    parse_int,
+    parse_nonneg_float,
+    parse_nonneg_int,
+    parse_positive_float,
+    parse_positive_int,
+    parse_unit_float,
+)
 from pytest_llmperf.sim.faults import FAULT_HELP, Faults, build_faults, parse_fault
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.noise import NOISE_PRESETS
@@ -36,44 +50,30 @@ def parse_slowdown(value: str) -> tuple[int, int, float]:
     return lo, hi, factor
 
 
-def _positive_float(value: str) -> float:
-    f = float(value)
-    if not 0 < f < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
-    return f
+_positive_float = argparse_type(parse_positive_float)
+_positive_int = argparse_type(parse_positive_int)
+_fraction = argparse_type(parse_unit_float)
+_non_negative = argparse_type(parse_nonneg_float)
 
 
 def _template_overhead(value: str) -> tuple[int, int]:
     parts = value.split(",")
-    try:
-        per_msg, const = (int(p) for p in parts)
-    except ValueError:
+    if len(parts) != 2:
         raise argparse.ArgumentTypeError(
             f"invalid chat template overhead {value!r}; expected PER_MESSAGE,CONSTANT, e.g. 5,5"
-        ) from None
-    if per_msg < 0 or const < 0:
-        raise argparse.ArgumentTypeError(f"chat template overhead {value!r} must be >= 0")
+        )
+    try:
+        per_msg, const = (parse_nonneg_int(p) for p in parts)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"chat template overhead {value!r}: {exc}") from None
     return per_msg, const
 
 
-def _fraction(value: str) -> float:
-    f = float(value)
-    if not 0 <= f <= 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value!r}")
-    return f
-
-
-def _non_negative(value: str) -> float:
-    f = float(value)
-    if not f >= 0 or f == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value!r}")
-    return f
-
-
+@argparse_type
 def _step_jitter(value: str) -> float:
-    f = float(value)
-    if not 0 <= f < 0.5:
-        raise argparse.ArgumentTypeError(f"must be in [0, 0.5), got {value!r}")
+    f = parse_nonneg_float(value)
+    if f >= 0.5:
+        raise ValueError(f"must be below 0.5, got {f:g}")
     return f
 
 
@@ -86,13 +86,6 @@ def _version(value: str) -> str:
             f"invalid version {value!r}; expected a release such as 0.5.9 or 0.5.10rc0"
         )
     return value
-
-
-def _positive_int(value: str) -> int:
-    n = int(value)
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value!r}")
-    return n
 
 
 @dataclass(frozen=True)
@@ -164,10 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--sim-profile", default=None, help="hardware/model profile name or path to a JSON file"
     )
-    s.add_argument("--sim-seed", type=int, default=d.sim_seed)
+    s.add_argument("--sim-seed", type=argparse_type(parse_int), default=d.sim_seed)
     s.add_argument(
         "--sim-jitter",
-        type=float,
+        type=argparse_type(parse_float),
         default=d.sim_jitter,
         help="run-to-run speed jitter as a fraction (0.03 = +-3%%), drawn once per process",
     )

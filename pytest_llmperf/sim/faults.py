@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from pytest_llmperf.base.values import parse_nonneg_int
+
 # name -> whether it takes "=N"
 FAULT_KINDS: dict[str, bool] = {
     "crash-on-start": False,
@@ -84,14 +86,11 @@ def parse_fault(value: str) -> tuple[str, int | None]:
             raise argparse.ArgumentTypeError(f"fault {name!r} takes no value")
         return name, None
     try:
-        n = int(arg)
-    except ValueError:
+        return name, parse_nonneg_int(arg)
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(
-            f"fault {name!r} needs a token count, e.g. {name}=100"
+            f"fault {name!r} needs a token count, e.g. {name}=100 ({exc})"
         ) from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"fault {name!r}: token count must be >= 0")
-    return name, n
 
 
 def build_faults(values: list[tuple[str, int | None]] | None) -> Faults:

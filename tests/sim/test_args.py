@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from pytest_llmperf.base import values
 from pytest_llmperf.sim.args import parse_args
 from pytest_llmperf.sim.faults import Faults
 
@@ -83,6 +84,68 @@ def test_bad_values_exit_2_with_argparse_message(
         parse_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def _shared_message(parse: object, text: str) -> str:
+    assert callable(parse)
+    with pytest.raises(ValueError) as exc:
+        parse(text)
+    return str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "flag, value, parse",
+    [
+        ("--sim-time-scale", "0", values.parse_positive_float),
+        ("--sim-time-scale", "inf", values.parse_positive_float),
+        ("--sim-keepalive-timeout", "-1", values.parse_positive_float),
+        ("--sim-keepalive-max-requests", "0", values.parse_positive_int),
+        ("--sim-launch-speed-sd", "1.5", values.parse_unit_float),
+        ("--sim-stall-ms", "-5", values.parse_nonneg_float),
+        ("--sim-stall-rate", "nan", values.parse_nonneg_float),
+        ("--sim-load-time", "soon", values.parse_nonneg_float),
+        ("--sim-jitter", "nan", values.parse_float),
+        ("--sim-seed", "x", values.parse_int),
+        ("--sim-step-jitter", "-0.1", values.parse_nonneg_float),
+    ],
+)
+def test_sim_flags_use_the_shared_value_parsers(
+    flag: str, value: str, parse: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``--sim-*`` flag says what the settings and the CLI say for the same mistake."""
+    with pytest.raises(SystemExit) as exc:
+        parse_args([flag, value])
+    assert exc.value.code == 2
+    assert f"argument {flag}: {_shared_message(parse, value)}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sim-step-jitter", "0.5"], "argument --sim-step-jitter: must be below 0.5, got 0.5"),
+        (["--sim-chat-template-overhead", "5"], "expected PER_MESSAGE,CONSTANT"),
+        (["--sim-chat-template-overhead", "5,-1"], "must be zero or more, got -1"),
+        (["--sim-fault", "crash-after-tokens=-1"], "needs a token count"),
+    ],
+)
+def test_sim_flag_checks_of_their_own(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_sim_flags_parse_good_values() -> None:
+    k = parse_args(
+        ["--sim-step-jitter", "0.04", "--sim-chat-template-overhead", "0,3", "--sim-seed", "-2"]
+        + ["--sim-jitter", "0.05", "--sim-load-time", "0", "--sim-launch-speed-sd", "1"]
+        + ["--sim-fault", "crash-after-tokens=0"]
+    )
+    assert k.knobs.sim_step_jitter == 0.04 and k.knobs.sim_chat_template_overhead == (0, 3)
+    assert k.knobs.sim_seed == -2 and k.knobs.sim_jitter == 0.05 and k.knobs.sim_load_time == 0
+    assert k.knobs.sim_launch_speed_sd == 1.0 and k.faults.crash_after_tokens == 0
 
 
 def test_faults_parse_and_describe() -> None:
