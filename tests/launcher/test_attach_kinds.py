@@ -12,7 +12,9 @@ from pytest_llmperf.core.server_probe import classify_server, served_model
 from pytest_llmperf.launch.launcher import attach
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import suite_from_data
-from tests.launcher.fake_vllm import SERVED, FakeVllm
+from tests.sim_servers import VllmSim
+
+SERVED = "small"
 
 
 def test_classify_from_answers() -> None:
@@ -33,7 +35,7 @@ def test_classify_from_answers() -> None:
 
 
 def test_attach_to_vllm_finds_kind_model_and_reset_route() -> None:
-    with FakeVllm(loading_polls=3) as server:
+    with VllmSim(SERVED, loading_polls=3) as server:
         handle = attach(server.url, timeout_s=10)
         kind = handle.kind
         assert kind is not None
@@ -45,12 +47,12 @@ def test_attach_to_vllm_finds_kind_model_and_reset_route() -> None:
             " no /server_info; backend openai"
         )
         # It waited through the 503s on /health (the route that exists), never asked /generate.
-        assert server.state.paths.count("GET /health") == 4
-        assert not any("/generate" in p for p in server.state.paths)
+        assert server.requests.paths.count("GET /health") == 4
+        assert not any("/generate" in p for p in server.requests.paths)
 
 
 def test_attach_without_reset_route_says_none() -> None:
-    with FakeVllm(dev_mode=False) as server:
+    with VllmSim(SERVED, dev_mode=False) as server:
         kind = attach(server.url, timeout_s=10).kind
         assert kind is not None and kind.cache_reset_route is None
         assert "no cache reset route" in kind.describe()
@@ -62,7 +64,7 @@ def perf_run(url: str, out: Path) -> PerfRun:
 
 
 def test_perf_run_against_vllm(tmp_path: Path) -> None:
-    with FakeVllm() as server:
+    with VllmSim(SERVED) as server:
         run = perf_run(server.url, tmp_path)
         assert run.mode_for("v") == "attached"
         assert run.suggested_backend("v") == "openai"
@@ -70,14 +72,14 @@ def test_perf_run_against_vllm(tmp_path: Path) -> None:
         # The default sglang backend cannot drive it: a clear error, nothing sent.
         with pytest.raises(PointError, match="set the backend to 'openai'"):
             run.measure("v", Workload(input_len=8, output_len=4, requests_per_level=2), 1)
-        assert server.state.models_asked == []
+        assert server.requests.models_asked == []
         wl = Workload(backend="openai", input_len=8, output_len=4, requests_per_level=2)
         level = run.measure("v", wl, 1)
         assert level.completed == 2 and level.failed == 0
         assert level.total_output_tokens == 8
         # Requests named the served model (a wrong one would get 404), the cache was reset.
-        assert server.state.models_asked[-2:] == [SERVED, SERVED]
-        assert server.state.resets >= 2  # once at attach (discovery), once before the level
+        assert server.requests.models_asked[-2:] == [SERVED, SERVED]
+        assert server.requests.resets >= 2  # once at attach (discovery), once before the level
         facts = run.facts("v")
         assert facts is not None and facts.model_path == SERVED
         assert facts.server_args["server_kind"] == "vllm"
@@ -85,11 +87,11 @@ def test_perf_run_against_vllm(tmp_path: Path) -> None:
         run.close()
 
 
-def test_wrong_model_is_refused_by_the_fake() -> None:
-    # The fake really is strict: the test above would fail if the model were not discovered.
+def test_wrong_model_is_refused_by_the_simulator() -> None:
+    # The simulated vLLM is strict: the test above would fail if the model were not discovered.
     import httpx
 
-    with FakeVllm() as server:
+    with VllmSim(SERVED) as server:
         r = httpx.post(
             f"{server.url}/v1/completions",
             json={"model": "default", "prompt": "hi", "max_tokens": 2, "stream": True},
@@ -104,7 +106,7 @@ def test_header_names_the_backend_an_attached_server_takes(pytester: pytest.Pyte
     the run will use (it said ``sglang-...`` while the openai backend was used)."""
     pytester.makefile(".toml", llmperf='[[server]]\nname = "v"\nmodel = "small"\n')
     pytester.makepyfile(test_perf="def test_sweep(llmperf_point):\n    pass\n")
-    with FakeVllm() as server:
+    with VllmSim(SERVED) as server:
         result = pytester.runpytest_subprocess(
             "--collect-only", "--llmperf-url", server.url, "-p", "no:randomly", timeout=120
         )

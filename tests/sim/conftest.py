@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from pytest_llmperf.sim.engine_api import EngineStats, SimRequest, TokenEvent
 from pytest_llmperf.sim.faults import Faults
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.server import SimServer
+from tests.sim_servers import ServerThread
 
 
 class FakeEngine:
@@ -118,48 +118,6 @@ class FakeEngine:
                         vct if self.tokens_per_step > 1 else 0,
                     )
                 )
-
-
-class ServerThread:
-    """A ``SimServer`` on its own event loop in a daemon thread, bound to a free port."""
-
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.exit_codes: list[int] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the server's loop (engine state is not thread-safe)."""
-
-        async def _do() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(_do(), self.loop).result(5)
-
-    def start(self, wait_ready: bool = True) -> ServerThread:
-        self.thread.start()
-        fut = asyncio.run_coroutine_threadsafe(
-            self.server.start(host="127.0.0.1", port=0), self.loop
-        )
-        fut.result(10)
-        if wait_ready:
-            deadline = time.monotonic() + 10
-            while not self.server.ready:
-                assert time.monotonic() < deadline, "server did not become ready"
-                time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture
