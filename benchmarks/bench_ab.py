@@ -1,6 +1,6 @@
 """Does the same-job A/B mode stay quiet when nothing changed, and catch a drop at one level?
 
-Issue 9 item 4's proof, on the simulator's virtual-time engine (``pytest_llmperf.sim.virtual``)
+Measured on the simulator's virtual-time engine (``pytest_llmperf.sim.virtual``)
 with the ``gpu-shared`` noise preset: every launch draws its own speed factor (sd 0.15), its
 own drift (sd 0.10, period 30 s), step jitter and stalls. An A/B run is ``ROUNDS`` rounds; each
 round launches "old" and "new" afresh (fresh launch nonces; order alternating per round, as

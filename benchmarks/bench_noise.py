@@ -1,4 +1,4 @@
-"""Issue 9's proof: the whole plugin path on the simulator with GPU-like noise (figures only).
+"""The whole plugin path on the simulator with GPU-like noise (figures only).
 
 Each run is a real pytest session: launch, HTTP, client, validity, re-runs and relaunches
 exactly as the plugin does them, with ``--sim-noise gpu-shared`` (per-launch speed sd 15 %,

@@ -83,7 +83,7 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="open-loop Poisson arrivals in req/s (at most C in flight)",
     )
     p.add_argument("--seed", type=int, default=0)
-    w = p.add_argument_group("workload (README: Workloads)")
+    w = p.add_argument_group("workload (docs/workloads.md)")
     w.add_argument(
         "--workload", choices=["random", "shared-prefix", "multi-turn"], default="random"
     )

@@ -84,7 +84,7 @@ class _ArrivalStamper(ResponseHandler):
     def resume_reading(self, resume_parser: bool = True) -> None:
         # aiohttp's StreamReader calls this for every HTTP chunk it hands over while less than
         # its low-water mark is queued, paused or not; each call re-enters the parser and the
-        # transport. SGLang sends one chunk per event, so that was a third of the client's CPU
+        # transport. SGLang sends one chunk per event, so that costs a third of the client's CPU
         # per event. Nothing paused: nothing to resume.
         if self._reading_paused or getattr(self, "_buffer_paused", False):
             super().resume_reading(resume_parser)

@@ -8,7 +8,7 @@ Definitions (``metric_defs.py`` holds the user-facing wording):
 - per_request_throughput = mean over requests of (output_tokens - 1) / (e2e - ttft);
 - concurrency = sum of e2e latencies / duration (achieved, not the target C).
 
-Beside them, the numbers verdicts judge (issue 9): the steady-state window (C requests in
+Beside them, the numbers verdicts judge: the steady-state window (C requests in
 flight, ramp-up and drain cut off, ``steady_window``) and each judged metric's within-run
 relative standard error (``within_run_se``): batch means over the window for throughput,
 request-to-request spread for per-request metrics. They measure this run's own noise instead

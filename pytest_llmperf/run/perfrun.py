@@ -122,7 +122,7 @@ class _ConfigState:
     # dev mode), so an earlier run's cached prompts cannot flatter this one.
     prompt_base: int = 0
     prompts_sent: int = 0  # measured requests sent to this config (ordinals used)
-    launch_id: str | None = None  # which launch measured a sample (honest n, issue 9)
+    launch_id: str | None = None  # which launch measured a sample (honest n)
     first_request_ms: float | None = None  # the warm-up of the server's first measurement
 
 

@@ -54,8 +54,8 @@ class SweepSection(BaseModel):
     backend: str | None = None
     seed: int | None = None
     repeat: int | None = Field(default=None, gt=0)
-    baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording (issue 9)
-    adjust: Literal["none", "launch"] | None = None  # launch-adjusted verdicts (issue 9)
+    baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording
+    adjust: Literal["none", "launch"] | None = None  # launch-adjusted verdicts
     request_rate: float | None = Field(default=None, gt=0)
     workload: Literal["random", "shared-prefix", "multi-turn"] | None = None  # workloads
     prefix_len: int | None = Field(default=None, gt=0)  # workloads

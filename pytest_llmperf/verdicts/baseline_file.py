@@ -121,10 +121,10 @@ class MetricSummary(_Model):
     reference: str | None = None
     # Distinct server launches the samples came from (None: unknown, each sample counted as
     # one); ``std`` is then the spread of launch means. ``within_se``: within-run relative
-    # standard error of the mean (issue 9).
+    # standard error of the mean.
     launches: int | None = Field(default=None, ge=1)
     within_se: float | None = Field(default=None, ge=0.0)
-    # Recorded with adjust = "launch" (issue 9): this level's launch residual.
+    # Recorded with adjust = "launch": this level's launch residual.
     launch_residual: LaunchResidual | None = None
 
     @field_validator("mean", "std")

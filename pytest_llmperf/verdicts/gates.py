@@ -257,7 +257,7 @@ def evaluate_gate(
         va_all = [lv for lv in sa if not check_level(lv, cfg.workload, policy)]
         vb_all = [lv for lv in sb if not check_level(lv, ref.workload, policy)]
         if not va_all or not vb_all:
-            # An invalid level never decides a gate (issue 9): no valid sample, no verdict.
+            # An invalid level never decides a gate: no valid sample, no verdict.
             reasons = (
                 []
                 if va_all

@@ -2,8 +2,8 @@
 
 On a shared GPU box (and the simulator's ``--sim-noise gpu-shared``) each server launch runs
 at its own speed: every level of one launch is 10-20 % faster or slower together. Against a
-stored baseline that per-launch factor is noise no tolerance can sit above (issue 9: a 25 %
-drop at one level hides inside it). But it is *shared by the levels of a launch*, so it can be
+stored baseline that per-launch factor is noise no tolerance can sit above (a 25 % drop at
+one level hides inside it). But it is *shared by the levels of a launch*, so it can be
 estimated and removed, as A/B mode's ``adjust = "launch"`` does for paired rounds
 (``paired.remove_launch_factor``):
 

@@ -21,7 +21,7 @@ Log-ratios make the test scale-free and symmetric (a 2x speed-up and a 2x slow-d
 shared GPU, the simulator's ``--sim-launch-speed-sd``): that factor scales every level of a
 launch alike, so subtracting each round's median log-ratio over the levels cancels it. The
 price: a regression that hits every level equally is cancelled too; only level-specific
-regressions remain visible (see the README's A/B section).
+regressions remain visible (see docs/gates-and-ab.md).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ output_len = 256
 metrics = ["output_throughput", "median_ttft_ms"]
 # The quiet simulator's launch-to-launch noise is well under 1 %, and the cap costs mtp about
 # 7-9 % at C=64 with these short outputs: a 2 % tolerance resolves it (the noise margin is
-# measured from the 3-launch baseline and the run, see README "Verdicts you can trust").
+# measured from the 3-launch baseline and the run, see docs/verdicts.md).
 tolerance = { output_throughput = "2%", median_ttft_ms = "40%" }
 """
 

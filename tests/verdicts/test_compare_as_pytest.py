@@ -156,7 +156,7 @@ def test_compare_gives_the_verdicts_of_the_pytest_run(
     for line in tables.splitlines():
         assert line in pytest_out, line
     assert cross.line() in printed and cross.line() in pytest_out
-    # Without the suite file (the old behaviour) the 5 % default fails the slower mtp.
+    # Without the suite file the 5 % default fails the slower mtp.
     default = judge_run(run, baselines)
     assert Verdict.FAIL in {p.verdict for p in default.points["mtp"]}
     assert Verdict.PASS not in {p.verdict for p in default.points["mtp"]}

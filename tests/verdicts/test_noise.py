@@ -1,4 +1,4 @@
-"""Issue 9: measured noise, honest n over launches, unresolved points, gates inside noise."""
+"""Measured noise, honest n over launches, unresolved points, gates inside noise."""
 
 from __future__ import annotations
 
