@@ -13,16 +13,13 @@ import json
 
 import pytest
 
-from .conftest import SWEEP_TEST, assert_no_servers_left
+from .conftest import LIGHT, SWEEP_TEST, assert_no_servers_left
 from .conftest import run as _run
-
-# A light client load: the simulated model 5x slower than real time leaves ~5 ms between a
-# stream's events, so a scheduling hiccup on a shared box does not coalesce them.
-LIGHT = "--llmperf-sim-args=--sim-time-scale 5"
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return _run(pytester, LIGHT, *args)
+    """A light client load (conftest.LIGHT): the plugin's real limits hold on a shared box."""
+    return _run(pytester, *LIGHT, *args)
 
 
 SUITE = """
