@@ -169,6 +169,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         merge_payloads(llm)
     llm.finish(session)
+    from pytest_llmperf.plugin.busy import busy_exit_status
+
+    busy_exit_status(llm, session)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -180,7 +183,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     ):
         return
     terminalreporter.write_sep("=", "llmperf")
-    for line in llm.summary_lines():
+    from pytest_llmperf.plugin.busy import busy_line
+
+    for line in llm.summary_lines() + busy_line(llm):
         terminalreporter.write_line(line)
 
 
@@ -246,6 +251,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             on_compared=lambda pc: llm.points.setdefault(pc.config, []).append(pc),
             on_invalid=llm.invalid.append,
             on_judgement=llm.checks.append,
+            on_busy=llm.busy.append,
         )
     except SettingError as exc:
         raise usage_error(str(exc)) from None
@@ -275,6 +281,8 @@ def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCh
         store=llm.store,
         nodeid=request.node.nodeid,
         on_judgement=llm.checks.append,
+        on_busy=llm.busy.append,
+        max_reruns=llm.effective(suite, marker, "max_reruns", request.node.nodeid),
     )
 
 
@@ -294,6 +302,7 @@ def _sweep_check_kwargs(request: pytest.FixtureRequest, run: PerfRun) -> dict[st
         "on_properties": _properties(request),
         "on_result": llm.sweep_checks.append,
         "policy": llm.validity_policy(suite, marker, where),
+        "on_busy": llm.busy.append,
     }
 
 

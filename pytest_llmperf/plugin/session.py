@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pytest_llmperf.report.ab_table import ABPoint
     from pytest_llmperf.report.results_file import Judgement
     from pytest_llmperf.run.ab import ABRun
+    from pytest_llmperf.run.busy import BusyPoint
     from pytest_llmperf.run.checks import SweepCheckResult
     from pytest_llmperf.run.perfrun import PerfRun
     from pytest_llmperf.run.suite import Suite
@@ -81,6 +82,7 @@ class LLMPerfSession:
     checks: list[Judgement] = field(default_factory=list)  # what each test judged, how
     hardware: dict[str, str] = field(default_factory=dict)  # config -> its hardware key
     invalid: list[str] = field(default_factory=list)
+    busy: list[BusyPoint] = field(default_factory=list)  # points too busy a machine left open
     sweeps: list[SweepResult] = field(default_factory=list)
     generated: dict[tuple[Path, str], int] = field(default_factory=dict)
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)

@@ -27,6 +27,7 @@ def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
         "checks": state.checks,
         "hardware": state.hardware,
         "invalid": state.invalid,
+        "busy": state.busy,
         "unmeasured": state.unmeasured,
         "ab_points": state.ab_points,  # ab
         "store": state.store.to_dict() if state.has_store else None,
@@ -49,6 +50,7 @@ def merge_payloads(state: LLMPerfSession) -> None:
         state.checks.extend(body.get("checks", []))
         state.hardware.update(body.get("hardware", {}))
         state.invalid.extend(body["invalid"])
+        state.busy.extend(body.get("busy", []))
         state.unmeasured.update(body["unmeasured"])
         state.ab_points.extend(body.get("ab_points", []))  # ab
         if body["store"] is not None:

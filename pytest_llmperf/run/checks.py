@@ -22,6 +22,14 @@ from pytest_llmperf.run.adjust import (
     entry_lookup,
     launch_noise,
 )
+from pytest_llmperf.run.busy import (
+    BusyPoint,
+    OnBusy,
+    all_starved,
+    busy_point,
+    settle,
+    skip_message,
+)
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.verdicts.baseline import (
@@ -69,6 +77,14 @@ def _judged(
         key = check.workload.key()
         check.on_judgement(Judgement(kind=kind, nodeid=check.nodeid, config=config, workload=key,
                                      verdict=str(verdict), policy=policy, **settings))  # fmt: skip
+
+
+def _busy(on_busy: OnBusy | None, points: list[BusyPoint]) -> Outcome:
+    """Undecided: the machine, not the server or the client, made these points unmeasurable."""
+    if on_busy is not None:
+        for p in points:
+            on_busy(p)
+    return Outcome("skip", skip_message(points))
 
 
 @dataclass
@@ -119,6 +135,7 @@ class PointCheck:
     on_compared: Callable[[PointComparison], None] | None = None
     on_invalid: Callable[[str], None] | None = None
     on_judgement: OnJudgement | None = None
+    on_busy: OnBusy | None = None  # a point the machine was too busy to measure (run/busy.py)
     adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
     samples: list[LevelResult] = field(default_factory=list)
@@ -137,9 +154,9 @@ class PointCheck:
             self.run.ensure_launches(self.config, self.workload, self.levels, n)
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
-        self.samples = self.run.ensure(
-            self.config, self.workload, self.concurrency, n, independent=n > 1
-        )
+        self.run.ensure(self.config, self.workload, self.concurrency, n, independent=n > 1)
+        self.samples = settle(self.run, self.config, self.workload, self.concurrency, n,
+                              self.max_reruns, self.policy)  # fmt: skip
         if self.update:
             self._replace_invalid(n)
 
@@ -236,6 +253,8 @@ class PointCheck:
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
                 tolerances=dict(self.tolerances), adjust=self.adjust)  # fmt: skip
+        if pc.verdict == Verdict.INVALID and all_starved(self.samples, self.workload, self.policy):
+            return _busy(self.on_busy, [busy_point(self.config, self.samples)])
         if pc.verdict == Verdict.INVALID:
             message = pc.message()
             if self.on_invalid is not None:
@@ -303,6 +322,8 @@ class GateCheck:
     store: BaselineStore | None = None  # the configs' recorded launch noise, for the margin
     nodeid: str = ""
     on_judgement: OnJudgement | None = None
+    on_busy: OnBusy | None = None
+    max_reruns: int = 2  # re-measurements of a side the machine was too busy to measure
 
     def evaluate(self) -> GateResult:
         """Measure both sides (``PointError`` if one cannot be) and evaluate the gate;
@@ -311,7 +332,9 @@ class GateCheck:
         for name in (self.gate.config, self.gate.reference):
             if self.adjust == "launch" and can_adjust(self.levels, self.concurrency):
                 self.run.ensure_launches(name, self.workload, self.levels, 1)
-            samples = self.run.ensure(name, self.workload, self.concurrency, 1)
+            self.run.ensure(name, self.workload, self.concurrency, 1)
+            samples = settle(self.run, name, self.workload, self.concurrency, 1,
+                             self.max_reruns, self.policy)  # fmt: skip
             sweep = self.run.sweep(name, self.workload)
             # Every sample of this C (re-runs included), judged with their noise margin.
             sweeps[name] = sweep.model_copy(
@@ -337,6 +360,9 @@ class GateCheck:
         _judged(self, "gate", self.gate.config, res.verdict, concurrency=self.concurrency,
                 adjust=self.adjust, gate=self.gate)  # fmt: skip
         if res.verdict == Verdict.INVALID:
+            busy = self._busy_sides()
+            if busy:
+                return _busy(self.on_busy, busy)
             if self.invalid_policy == "fail":
                 return Outcome.fail(res.message())
             return Outcome("skip", f"llmperf INVALID measurement: {res.message()}")
@@ -346,3 +372,16 @@ class GateCheck:
         if res.verdict != Verdict.PASS:
             return Outcome.fail(res.message())
         return Outcome()
+
+    def _busy_sides(self) -> list[BusyPoint]:
+        """The sides with no valid sample, when each is so only because the machine was busy
+        (empty when any side is invalid for another reason: that one is a real INVALID)."""
+        out: list[BusyPoint] = []
+        for name in (self.gate.config, self.gate.reference):
+            samples = self.run.samples(name, self.workload, self.concurrency)
+            if valid_samples(samples, self.workload, self.policy)[0]:
+                continue
+            if not all_starved(samples, self.workload, self.policy):
+                return []
+            out.append(busy_point(name, samples))
+        return out

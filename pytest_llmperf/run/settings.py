@@ -259,7 +259,9 @@ SETTINGS: tuple[Setting, ...] = (
         parse_choice("fail", "skip"),
         "fail",
         "what an invalid measurement (client saturated, lengths off, failed requests) does to "
-        "its test: fail (default, like llmperf compare) or skip",
+        "its test: fail (default, like llmperf compare) or skip; a point the machine was too "
+        "busy to measure (client starved by other processes) is re-measured up to max_reruns "
+        "times, then skipped with one summary line, and fail makes the exit status 1",
     ),
     Setting(
         "plots",

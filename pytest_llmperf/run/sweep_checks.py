@@ -11,15 +11,18 @@ from pytest_llmperf.core.slo import Slo, level_meets, max_concurrency_within_slo
 from pytest_llmperf.run.adjust import (
     launch_noise,
 )
+from pytest_llmperf.run.busy import BusyPoint, OnBusy, all_starved, busy_point, settle
 from pytest_llmperf.run.checks import (
     OnJudgement,
     Outcome,
     Properties,
     SweepCheckResult,
+    _busy,
     _judged,
     _provenance,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.run.recording import valid_samples
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
     SWEEP_LEVEL,
@@ -63,6 +66,8 @@ class SweepMetricCheck:
     policy: ValidityPolicy | None = None
     value: int | None = None
     on_judgement: OnJudgement | None = None
+    max_reruns: int = 2  # crossover: re-runs of tied levels; all: of machine-starved levels
+    on_busy: OnBusy | None = None
 
     metric_name = "crossover_concurrency"
 
@@ -94,6 +99,7 @@ class SweepMetricCheck:
         for name in self.configs:
             for c in self.levels:
                 self.run.ensure(name, self.workload, c, 1)
+                settle(self.run, name, self.workload, c, 1, self.max_reruns, self.policy)
             sweeps[name] = self.run.sweep(name, self.workload)
         self.value = self.compute(sweeps) or 0
         return self.value
@@ -165,7 +171,6 @@ class CrossoverCheck(SweepMetricCheck):
     """The largest C where ``config`` still beats ``reference``, held to its baseline."""
 
     spec: CrossoverSpec | None = None
-    max_reruns: int = 2
     estimate: CrossoverEstimate | None = None
 
     metric_name = "crossover_concurrency"
@@ -241,10 +246,27 @@ class CrossoverCheck(SweepMetricCheck):
         if verdict == Verdict.FAIL:
             return Outcome.fail(msg)
         if verdict == Verdict.INVALID:
+            busy = self._busy_levels()
+            if busy:
+                return _busy(self.on_busy, busy)
             return Outcome.fail(f"INVALID measurement (not a performance verdict): {msg}")
         if verdict == Verdict.INCONCLUSIVE:
             return Outcome(warnings=[("inconclusive", msg)])
-        return self._stale(est.low, base)  # low: risen beyond the noise
+        return self._stale(est.low, base)
+
+    def _busy_levels(self) -> list[BusyPoint]:
+        """The levels with no valid sample, when each is so only because the machine was busy
+        (empty when one is invalid for another reason: the crossover is then truly INVALID)."""
+        out: list[BusyPoint] = []
+        for name in self.configs:
+            for c in self.levels:
+                samples = self.run.samples(name, self.workload, c)
+                if not samples or valid_samples(samples, self.workload, self.policy)[0]:
+                    continue
+                if not all_starved(samples, self.workload, self.policy):
+                    return []
+                out.append(busy_point(name, samples))
+        return out  # low: risen beyond the noise
 
     def _report(self, value: int, base: int | None, verdict: str) -> None:
         super()._report(value, base, verdict)

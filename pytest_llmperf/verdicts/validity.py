@@ -22,7 +22,13 @@ from pytest_llmperf.core.monitor import (
     STARVED_CPU_PERCENT,
 )
 
-__all__ = ["ValidityPolicy", "check_level", "is_valid", "policy_from_settings"]
+__all__ = [
+    "ValidityPolicy",
+    "check_level",
+    "is_valid",
+    "policy_from_settings",
+    "starved_by_machine",
+]
 
 
 class ValidityPolicy(BaseModel):
@@ -260,3 +266,24 @@ def is_valid(
     level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
 ) -> bool:
     return not check_level(level, workload, policy)
+
+
+def starved_by_machine(
+    level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
+) -> bool:
+    """Invalid only because other processes held the CPU: the client's loop lagged while the
+    client itself was nearly idle, and nothing else is wrong with the level (coalesced ITL
+    gaps are what a late reader sees, so they count as the same cause).
+
+    Such a level says nothing about the server or the client; a quieter moment may measure it.
+    A client that is itself the bottleneck (its own CPU high) is not starved: more client
+    processes are its remedy, and it stays INVALID.
+    """
+    policy = policy or ValidityPolicy()
+    client = level.client
+    if client is None or client.cpu_percent >= STARVED_CPU_PERCENT:
+        return False
+    if _saturation(client, policy) is None:
+        return False
+    rest = level.model_copy(update={"client": None, "coalesced_itl_share": None})
+    return not check_level(rest, workload, policy)

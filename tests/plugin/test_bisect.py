@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, run
+from .conftest import LIGHT, LIGHT_SIM, SWEEP_TEST, run
 
 SUITE = """
 [[server]]
@@ -15,14 +15,13 @@ args = []
 [sweep]
 levels = [4]
 """
-ARGS = ["--llmperf-metrics", "output_throughput", "--llmperf-output-len", "128"]
+ARGS = ["--llmperf-metrics", "output_throughput", "--llmperf-output-len", "128", *LIGHT]
 
 
 @pytest.fixture
 def one(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makefile(".toml", llmperf=SUITE)
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     run(pytester, "--llmperf-update", *ARGS).assert_outcomes(passed=1)
     return pytester
 
@@ -32,14 +31,14 @@ def test_good_commit_exits_0(one: pytest.Pytester) -> None:
 
 
 def test_regression_exits_1(one: pytest.Pytester) -> None:
-    slower = ["--llmperf-sim-args", "--sim-slowdown 1-64:1.6"]
+    slower = ["--llmperf-sim-args", f"{LIGHT_SIM} --sim-slowdown 1-64:1.6"]
     result = run(one, "--llmperf-bisect", *ARGS, *slower)
     result.stdout.fnmatch_lines(["*output_throughput*below baseline*"])
     assert result.ret == 1
 
 
 def test_server_that_does_not_start_exits_125(one: pytest.Pytester) -> None:
-    broken = ["--llmperf-sim-args", "--sim-fault crash-on-start"]
+    broken = ["--llmperf-sim-args", f"{LIGHT_SIM} --sim-fault crash-on-start"]
     result = run(one, "--llmperf-bisect", *ARGS, *broken)
     result.stdout.fnmatch_lines(["*NOT MEASURED: plain:*"])
     assert result.ret == 125

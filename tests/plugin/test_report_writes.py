@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from .conftest import RELAXED_CLIENT_CHECK, run
+from .conftest import LIGHT, run
 
 
 def test_unwritable_step_summary_leaves_baselines_written(suite, monkeypatch):
-    suite.makeconftest(RELAXED_CLIENT_CHECK)
     (suite.path / "summary-dir").mkdir()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(suite.path / "summary-dir"))
     result = run(
@@ -16,6 +15,7 @@ def test_unwritable_step_summary_leaves_baselines_written(suite, monkeypatch):
         "1",
         "-k",
         "test_sweep",
+        *LIGHT,
     )
     out = result.stdout.str()
     assert "Traceback" not in out and "INTERNALERROR" not in out

@@ -1,0 +1,140 @@
+"""A machine too busy to measure: re-measure such a level, and if it stays starved, say so once.
+
+A level whose load generator lagged while it was itself nearly idle
+(``validity.starved_by_machine``) was starved by other processes: its numbers describe the
+machine, not the server and not the client. Failing a wall of verdicts for it tells the user
+nothing they can act on per test, and skipping it silently would hide that nothing was
+measured. So such a point is re-measured (a quieter moment may measure it); if every sample
+stays starved, its tests end undecided (skipped, with a short reason) and the session says
+once, in the summary, how many points, how busy the machine was and what to do. Whether that
+also makes the exit status non-zero is the ``invalid`` setting's call (``fail``, the default:
+yes, so a CI job on an overloaded runner never goes green on points it did not measure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.verdicts.validity import ValidityPolicy, starved_by_machine
+
+__all__ = [
+    "BusyPoint",
+    "all_starved",
+    "busy_point",
+    "settle",
+    "skip_message",
+    "summary_line",
+]
+
+
+@dataclass(frozen=True)
+class BusyPoint:
+    """One point the machine was too busy to measure, with what its last sample saw."""
+
+    config: str
+    concurrency: int
+    samples: int  # measurements taken, all starved (re-measurements included)
+    client_cpu_percent: float  # the load generator's own CPU, % of one core
+    loop_lag_p99_ms: float
+    system_cpu_percent: float | None  # the whole machine, % of all its CPUs
+    cpus: int | None
+
+    def label(self) -> str:
+        return f"{self.config} C={self.concurrency}"
+
+
+OnBusy = Callable[[BusyPoint], None]
+
+
+def all_starved(
+    samples: Sequence[LevelResult], workload: Workload | None, policy: ValidityPolicy | None
+) -> bool:
+    """No sample can be judged, and every one of them only because others held the CPU."""
+    return bool(samples) and all(starved_by_machine(s, workload, policy) for s in samples)
+
+
+def settle(
+    run: PerfRun,
+    config: str,
+    workload: Workload,
+    concurrency: int,
+    wanted: int,
+    max_reruns: int,
+    policy: ValidityPolicy | None,
+) -> list[LevelResult]:
+    """Re-measure a point whose samples are all starved by the machine until one is valid or
+    the point holds ``wanted + max_reruns`` samples (a bound every caller shares: a gate after
+    the point's own check re-measures nothing more). Same launch: the launch was not at fault.
+    """
+    samples = run.samples(config, workload, concurrency)
+    while all_starved(samples, workload, policy) and len(samples) < wanted + max_reruns:
+        try:
+            run.measure(config, workload, concurrency)
+        except PointError:
+            break
+        samples = run.samples(config, workload, concurrency)
+    return samples
+
+
+def busy_point(config: str, samples: Sequence[LevelResult]) -> BusyPoint:
+    """The record of a point whose ``samples`` are all starved (the last one's figures)."""
+    last = samples[-1]
+    client = last.client
+    assert client is not None  # starved_by_machine() needs one
+    return BusyPoint(
+        config=config,
+        concurrency=last.max_concurrency,
+        samples=len(samples),
+        client_cpu_percent=client.cpu_percent,
+        loop_lag_p99_ms=client.loop_lag_p99_ms,
+        system_cpu_percent=client.system_cpu_percent,
+        cpus=client.cpus,
+    )
+
+
+def _machine(p: BusyPoint) -> str:
+    if p.system_cpu_percent is None:
+        return ""
+    on = f" of {p.cpus} CPUs" if p.cpus else ""
+    return f", machine {p.system_cpu_percent:.0f} % busy{on}"
+
+
+def skip_message(points: Iterable[BusyPoint]) -> str:
+    """The short reason an undecided test carries (the summary has the rest)."""
+    ps = list(points)
+    worst = max(ps, key=lambda p: p.loop_lag_p99_ms)
+    where = ", ".join(p.label() for p in ps)
+    return (
+        f"llmperf: machine too busy to measure {where} ({worst.samples} tries): the load "
+        f"generator's loop lagged {worst.loop_lag_p99_ms:.0f} ms p99 at "
+        f"{worst.client_cpu_percent:.0f} % of a core{_machine(worst)}"
+    )
+
+
+def summary_line(points: Iterable[BusyPoint], lag_limit_ms: float, fail: bool) -> str | None:
+    """ONE line for the whole session (None when every point was measured)."""
+    unique = {(p.config, p.concurrency): p for p in points}
+    if not unique:
+        return None
+    ps = sorted(unique.values(), key=lambda p: (p.config, p.concurrency))
+    lags = [p.loop_lag_p99_ms for p in ps]
+    loads = [p.system_cpu_percent for p in ps if p.system_cpu_percent is not None]
+    cpus = next((p.cpus for p in ps if p.cpus), None)
+    load = (
+        f", machine {min(loads):.0f}-{max(loads):.0f} % busy" + (f" on {cpus} CPUs" if cpus else "")
+        if loads
+        else ""
+    )
+    n = len(ps)
+    status = "; exit status 1 (--llmperf-invalid=fail)" if fail else " (--llmperf-invalid=skip)"
+    return (
+        f"machine too busy to measure {n} point{'s' if n != 1 else ''} "
+        f"({', '.join(p.label() for p in ps)}), each tried {min(p.samples for p in ps)}-"
+        f"{max(p.samples for p in ps)} times: other processes held the CPU (load generator "
+        f"loop lag p99 {min(lags):.0f}-{max(lags):.0f} ms, limit {lag_limit_ms:g} ms, while it "
+        f"used at most {max(p.client_cpu_percent for p in ps):.0f} % of a core{load}); their "
+        f"tests are skipped, undecided{status}. Close other programs and re-run them"
+    )
