@@ -32,6 +32,7 @@ from yarl import URL
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend
+from pytest_llmperf.base.values import DEFAULT_IDLE_TIMEOUT_S
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.stream_parsers import (
     GenerateStreamParser,
@@ -49,8 +50,9 @@ BACKEND_PATHS: dict[str, str] = {
 }
 CONNECT_TIMEOUT_S = 10.0
 # A stream with no new event for this long (or the request's deadline, if shorter) has stalled:
-# it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees.
-IDLE_READ_TIMEOUT_S = 60.0
+# it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees;
+# the idle_timeout setting changes it.
+IDLE_READ_TIMEOUT_S = DEFAULT_IDLE_TIMEOUT_S
 WRITE_TIMEOUT_S = 30.0
 # Measured streams: aiohttp's own 64 KiB. With a bigger buffer aiohttp calls resume_reading()
 # for every HTTP chunk it hands over (it does so whenever less than the buffer size is queued),
@@ -165,6 +167,24 @@ def _never_reached_server(e: BaseException) -> bool:
     return isinstance(e, aiohttp.ClientOSError) and "write request body" in str(e)
 
 
+class _BoundedClient(httpx.AsyncClient):
+    """Control requests (``/server_info``, ``/flush_cache``, ``/metrics``) end within their
+    read timeout in total: httpx's is per read, so a server that drips a byte now and then
+    would hold one for ever."""
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        limit = (request.extensions.get("timeout") or {}).get("read")
+        if limit is None or kwargs.get("stream"):
+            return await super().send(request, **kwargs)
+        try:
+            async with asyncio.timeout(limit):
+                return await super().send(request, **kwargs)
+        except TimeoutError:
+            raise httpx.ReadTimeout(
+                f"no complete answer within {limit:g}s", request=request
+            ) from None
+
+
 def make_http_client(
     base_url: str,
     *,
@@ -183,7 +203,7 @@ def make_http_client(
         return make_session(PROBE_READ_BUFSIZE)
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.AsyncClient(
+    return _BoundedClient(
         base_url=base_url.rstrip("/"),
         transport=AiohttpTransport(client=session),
         timeout=httpx.Timeout(

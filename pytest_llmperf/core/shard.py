@@ -98,6 +98,7 @@ class ShardSpec:
     temperature: float
     extensions: bool
     request_timeout_s: float
+    idle_timeout_s: float
     output_len: int
     concurrency: int
     indices: list[int]
@@ -171,6 +172,7 @@ def _shard_main(spec: ShardSpec, ready: queue.Queue[object], go: object, out: ob
             spec.backend,  # type: ignore[arg-type]
             api_key=spec.api_key,
             request_timeout_s=spec.request_timeout_s,
+            idle_timeout_s=spec.idle_timeout_s,
             model=spec.model,
             temperature=spec.temperature,
             extensions=spec.extensions,
@@ -291,6 +293,7 @@ async def sharded_closed_loop(
         temperature=gen.temperature,
         extensions=gen.extensions,
         request_timeout_s=gen.request_timeout_s,
+        idle_timeout_s=gen.idle_timeout_s,
         output_len=output_len,
         concurrency=concurrency,
         indices=[],

@@ -302,6 +302,7 @@ def _load_generator(url: str, workload: Workload, api_key: str | None) -> LoadGe
         workload.backend,
         api_key=api_key,
         request_timeout_s=workload.request_timeout_s,
+        idle_timeout_s=workload.idle_timeout_s,
         temperature=workload.temperature,
         extensions=workload.openai_extensions,
     )
