@@ -33,6 +33,7 @@ from yarl import URL
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend
 from pytest_llmperf.base.values import DEFAULT_IDLE_TIMEOUT_S
+from pytest_llmperf.core.bounded_http import BoundedClient
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.stream_parsers import (
     GenerateStreamParser,
@@ -167,24 +168,6 @@ def _never_reached_server(e: BaseException) -> bool:
     return isinstance(e, aiohttp.ClientOSError) and "write request body" in str(e)
 
 
-class _BoundedClient(httpx.AsyncClient):
-    """Control requests (``/server_info``, ``/flush_cache``, ``/metrics``) end within their
-    read timeout in total: httpx's is per read, so a server that drips a byte now and then
-    would hold one for ever."""
-
-    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        limit = (request.extensions.get("timeout") or {}).get("read")
-        if limit is None or kwargs.get("stream"):
-            return await super().send(request, **kwargs)
-        try:
-            async with asyncio.timeout(limit):
-                return await super().send(request, **kwargs)
-        except TimeoutError:
-            raise httpx.ReadTimeout(
-                f"no complete answer within {limit:g}s", request=request
-            ) from None
-
-
 def make_http_client(
     base_url: str,
     *,
@@ -203,7 +186,7 @@ def make_http_client(
         return make_session(PROBE_READ_BUFSIZE)
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    return _BoundedClient(
+    return BoundedClient(
         base_url=base_url.rstrip("/"),
         transport=AiohttpTransport(client=session),
         timeout=httpx.Timeout(
@@ -443,12 +426,16 @@ class LoadGenerator:
         *,
         t_scheduled: float | None = None,
         body: bytes | None = None,
+        prompt_tokens: int | None = None,
     ) -> RequestRecord:
-        """Send one streaming request and measure it; never raises for request failures."""
+        """Send one streaming request and measure it; never raises for request failures.
+        With ``body`` built already, ``prompt_tokens`` stands for the prompt's length."""
         payload = body if body is not None else self.body(prompt, output_len)
+        if prompt_tokens is None:
+            prompt_tokens = len(prompt) if not isinstance(prompt, str) else 0
         rec = RequestRecord(
             index=index,
-            prompt_tokens=len(prompt) if not isinstance(prompt, str) else 0,
+            prompt_tokens=prompt_tokens,
             t_scheduled=t_scheduled,
         )
         rec.t_send = time.perf_counter()
