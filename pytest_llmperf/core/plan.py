@@ -217,15 +217,16 @@ class LevelBodies:
         plan: RequestPlan,
         body: Callable[[Prompt, int], bytes],
         indices: Sequence[int] | None = None,
-        budget_tokens: int = PREBUILD_TOKENS,
+        budget_tokens: int | None = None,
     ) -> None:
         self.plan, self._body = plan, body
+        self.budget_tokens = PREBUILD_TOKENS if budget_tokens is None else budget_tokens
         self.indices = range(len(plan)) if indices is None else indices
         self._ready: dict[int, tuple[bytes, int | None]] = {}
         self.built_late = 0  # bodies built while the level ran
         tokens = 0
         for i in self.indices:  # bounded by the budget (and the level's size)
-            if tokens >= budget_tokens:
+            if tokens >= self.budget_tokens:
                 break
             self._ready[i] = self._build(i)
             tokens += self.plan.input_len(i) or self.plan.workload.input_len

@@ -38,7 +38,7 @@ from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
-from pytest_llmperf.core.plan import PREBUILD_TOKENS, LevelBodies, RequestPlan, plan_level
+from pytest_llmperf.core.plan import LevelBodies, RequestPlan, plan_level
 from pytest_llmperf.core.progress import Progress, ProgressCallback, _Tracker
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
@@ -241,7 +241,7 @@ async def _measure_level(
     if bodies is not None and bodies.built_late:
         notes.append(
             f"{bodies.built_late} request bodies were built while the level ran (past the first "
-            f"{PREBUILD_TOKENS:,} prompt tokens): the client's CPU figures include them"
+            f"{bodies.budget_tokens:,} prompt tokens): the client's CPU figures include them"
         )
     final = [
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
