@@ -48,11 +48,3 @@ def dataset_request(
     entry = entries[_permutation(workload.seed, len(entries))[n % len(entries)]]
     prompt = f"{n % 10**6:06d}"[::-1] + " " + entry.prompt
     return prompt, reply_output_len(entry, workload.dataset_output_len)
-
-
-def dataset_requests(workload: Workload, count: int, start: int) -> tuple[list[str], list[int]]:
-    """Prompt texts and output lengths of ordinals ``start .. start + count - 1``."""
-    assert workload.dataset is not None
-    entries = load_sharegpt(workload.dataset)
-    pairs = [dataset_request(workload, n, entries) for n in range(start, start + count)]
-    return [p for p, _ in pairs], [o for _, o in pairs]
