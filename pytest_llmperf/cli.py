@@ -21,7 +21,9 @@ from pydantic import ValidationError
 
 from pytest_llmperf.base.results import Mode, SweepResult, Workload
 from pytest_llmperf.base.values import (
+    DEFAULT_IDLE_TIMEOUT_S,
     argparse_type,
+    parse_idle_timeout,
     parse_levels,
     parse_positive_float,
     parse_positive_int,
@@ -100,6 +102,14 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         type=_positive_float,
         default=600.0,
         help="total deadline per request, seconds (default 600)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=argparse_type(parse_idle_timeout),
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a request with no stream event for this long fails as stalled (default "
+        f"{DEFAULT_IDLE_TIMEOUT_S:g}; the shorter of it and --timeout applies)",
     )
     p.add_argument(
         "--api-key-env", metavar="VAR", help="name of the environment variable holding the API key"
@@ -355,6 +365,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             seed=args.seed,
             requests_per_level=args.requests,
             request_timeout_s=args.timeout,
+            idle_timeout_s=args.idle_timeout,
             request_rate=args.request_rate,
             kind=args.workload,
             prefix_len=args.prefix_len,

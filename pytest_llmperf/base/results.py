@@ -11,6 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from pytest_llmperf.base.values import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    MAX_IDLE_TIMEOUT_S,
+    MIN_IDLE_TIMEOUT_S,
+)
 from pytest_llmperf.base.version import __version__
 
 Backend = Literal["sglang", "openai", "openai-chat"]
@@ -42,6 +47,11 @@ class Workload(_Model):
     # None means the seed scripts' default: 4 requests at C=1, 2*C above.
     requests_per_level: PositiveInt | None = None
     request_timeout_s: float = Field(default=600.0, gt=0)
+    # A request with no new stream event (nor response headers) for this long has stalled and
+    # fails then, not at its deadline; the shorter of the two applies.
+    idle_timeout_s: float = Field(
+        default=DEFAULT_IDLE_TIMEOUT_S, ge=MIN_IDLE_TIMEOUT_S, le=MAX_IDLE_TIMEOUT_S
+    )
     # Open-loop Poisson arrivals in req/s instead of closed-loop concurrency (None = closed loop).
     request_rate: float | None = Field(default=None, gt=0)
     # OpenAI backends: send the non-standard fields (ignore_eos, continuous_usage_stats).
@@ -152,8 +162,9 @@ class Workload(_Model):
 
         It names everything that changes the numbers (backend, lengths, requests per level,
         request rate, seed, temperature); settings left at their defaults are omitted, so
-        ``sglang-in1000-out1000`` still means the default workload. ``request_timeout_s`` is
-        left out: it decides whether a request fails, not how fast it runs.
+        ``sglang-in1000-out1000`` still means the default workload. ``request_timeout_s`` and
+        ``idle_timeout_s`` are left out: they decide whether a request fails, not how fast it
+        runs.
         """
         if self.dataset is not None:
             k = f"{self.backend}-ds{self.dataset_tag()}"

@@ -51,6 +51,13 @@ def _at_most(limit: int, what: str) -> Callable[[Any], int]:
 parse_token_count = _at_most(MAX_TOKENS_PER_REQUEST, "tokens per request")
 parse_request_count = _at_most(MAX_REQUESTS, "requests per level")
 
+# A stream with no new event for this long has stalled (base/results.py Workload.idle_timeout_s).
+# Below the floor the watchdog (which looks a quarter of it apart) would spin; above the
+# ceiling the per-request deadline decides anyway.
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+MIN_IDLE_TIMEOUT_S = 0.1
+MAX_IDLE_TIMEOUT_S = 86_400.0
+
 
 def parse_nonneg_int(text: Any) -> int:
     value = text if isinstance(text, int) and not isinstance(text, bool) else parse_int(str(text))
@@ -73,6 +80,17 @@ def parse_positive_float(text: Any) -> float:
     value = parse_float(text)
     if value <= 0:
         raise ValueError(f"must be greater than 0, got {value:g}")
+    return value
+
+
+def parse_idle_timeout(text: Any) -> float:
+    """Seconds a stream may go without an event, within [MIN_IDLE_TIMEOUT_S, MAX_IDLE_TIMEOUT_S]."""
+    value = parse_float(text)
+    if not MIN_IDLE_TIMEOUT_S <= value <= MAX_IDLE_TIMEOUT_S:
+        raise ValueError(
+            f"must be between {MIN_IDLE_TIMEOUT_S:g} and {MAX_IDLE_TIMEOUT_S:g} seconds, "
+            f"got {value:g}"
+        )
     return value
 
 

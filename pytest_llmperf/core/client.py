@@ -32,6 +32,8 @@ from yarl import URL
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend
+from pytest_llmperf.base.values import DEFAULT_IDLE_TIMEOUT_S
+from pytest_llmperf.core.bounded_http import BoundedClient
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.stream_parsers import (
     GenerateStreamParser,
@@ -49,8 +51,9 @@ BACKEND_PATHS: dict[str, str] = {
 }
 CONNECT_TIMEOUT_S = 10.0
 # A stream with no new event for this long (or the request's deadline, if shorter) has stalled:
-# it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees.
-IDLE_READ_TIMEOUT_S = 60.0
+# it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees;
+# the idle_timeout setting changes it.
+IDLE_READ_TIMEOUT_S = DEFAULT_IDLE_TIMEOUT_S
 WRITE_TIMEOUT_S = 30.0
 # Measured streams: aiohttp's own 64 KiB. With a bigger buffer aiohttp calls resume_reading()
 # for every HTTP chunk it hands over (it does so whenever less than the buffer size is queued),
@@ -183,7 +186,7 @@ def make_http_client(
         return make_session(PROBE_READ_BUFSIZE)
 
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.AsyncClient(
+    return BoundedClient(
         base_url=base_url.rstrip("/"),
         transport=AiohttpTransport(client=session),
         timeout=httpx.Timeout(
@@ -423,12 +426,16 @@ class LoadGenerator:
         *,
         t_scheduled: float | None = None,
         body: bytes | None = None,
+        prompt_tokens: int | None = None,
     ) -> RequestRecord:
-        """Send one streaming request and measure it; never raises for request failures."""
+        """Send one streaming request and measure it; never raises for request failures.
+        With ``body`` built already, ``prompt_tokens`` stands for the prompt's length."""
         payload = body if body is not None else self.body(prompt, output_len)
+        if prompt_tokens is None:
+            prompt_tokens = len(prompt) if not isinstance(prompt, str) else 0
         rec = RequestRecord(
             index=index,
-            prompt_tokens=len(prompt) if not isinstance(prompt, str) else 0,
+            prompt_tokens=prompt_tokens,
             t_scheduled=t_scheduled,
         )
         rec.t_send = time.perf_counter()

@@ -79,21 +79,23 @@ def conversation_requests(
 async def conversation_loop(
     gen: LoadGenerator,
     concurrency: int,
-    prompts: Sequence[Sequence[int] | str],
-    bodies: Sequence[bytes],
+    take: Callable[[int], tuple[bytes, int | None]],
+    n: int,
     turns: int,
-    think_s: Sequence[float],
+    think_s: Callable[[int], float],
     on_record: Callable[[RequestRecord], None],
 ) -> list[RequestRecord | None]:
-    """C workers, each running whole conversations turn by turn (think time between turns)."""
-    n = len(bodies)
+    """C workers, each running whole conversations turn by turn (think time between turns);
+    ``take(i)`` gives request i's body and prompt tokens."""
     records: list[RequestRecord | None] = [None] * n
 
     async def conversation(k: int) -> None:
         for i in range(k * turns, (k + 1) * turns):
-            if think_s[i] > 0:
-                await asyncio.sleep(think_s[i])
-            rec = await gen.request(i, prompts[i], 0, body=bodies[i])
+            think = think_s(i)
+            if think > 0:
+                await asyncio.sleep(think)
+            body, tokens = take(i)
+            rec = await gen.request(i, "", 0, body=body, prompt_tokens=tokens)
             records[i] = rec
             on_record(rec)
 

@@ -14,6 +14,8 @@ local one). The prompt's token count is not guessed: results take it from the se
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -31,15 +33,18 @@ def reply_output_len(entry: DatasetEntry, fixed: int | None) -> int:
     return max(1, math.ceil(len(entry.reply.split()) * TOKENS_PER_WORD))
 
 
-def dataset_requests(workload: Workload, count: int, start: int) -> tuple[list[str], list[int]]:
-    """Prompt texts and output lengths of ordinals ``start .. start + count - 1``."""
+@lru_cache(maxsize=8)
+def _permutation(seed: int, entries: int) -> list[int]:
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, _PERM_STREAM])
+    return list(rng.permutation(entries).tolist())
+
+
+def dataset_request(
+    workload: Workload, n: int, entries: Sequence[DatasetEntry] | None = None
+) -> tuple[str, int]:
+    """Prompt text and output length of ordinal ``n`` (``entries``: the file, when read)."""
     assert workload.dataset is not None
-    entries = load_sharegpt(workload.dataset)
-    rng = np.random.default_rng([workload.seed & 0xFFFFFFFF, _PERM_STREAM])
-    perm = rng.permutation(len(entries)).tolist()
-    prompts, outs = [], []
-    for n in range(start, start + count):
-        entry = entries[perm[n % len(entries)]]
-        prompts.append(f"{n % 10**6:06d}"[::-1] + " " + entry.prompt)
-        outs.append(reply_output_len(entry, workload.dataset_output_len))
-    return prompts, outs
+    entries = load_sharegpt(workload.dataset) if entries is None else entries
+    entry = entries[_permutation(workload.seed, len(entries))[n % len(entries)]]
+    prompt = f"{n % 10**6:06d}"[::-1] + " " + entry.prompt
+    return prompt, reply_output_len(entry, workload.dataset_output_len)

@@ -36,6 +36,7 @@ from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import ClientHealth
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.monitor import LoopMonitor
+from pytest_llmperf.core.plan import LevelBodies, RequestPlan
 from pytest_llmperf.core.records import RequestRecord
 
 SHARD_READY_TIMEOUT_S = 120.0  # spawn + imports on a loaded machine
@@ -98,11 +99,12 @@ class ShardSpec:
     temperature: float
     extensions: bool
     request_timeout_s: float
+    idle_timeout_s: float
+    vocab_size: int | None
     output_len: int
     concurrency: int
+    plan: RequestPlan  # the shard builds its own requests' bodies from it
     indices: list[int]
-    prompts: list[Sequence[int] | str]
-    bodies: list[bytes]
 
 
 @dataclass
@@ -113,47 +115,35 @@ class ShardResult:
 
 
 def shard_specs(
-    processes: int,
-    concurrency: int,
-    prompts: Sequence[Sequence[int] | str],
-    bodies: Sequence[bytes],
-    base: ShardSpec,
+    processes: int, concurrency: int, requests: int, base: ShardSpec
 ) -> list[ShardSpec]:
     """Split a level: request i goes to shard i % k; C is split as evenly as it goes."""
-    k = max(1, min(processes, concurrency, len(bodies)))
+    k = max(1, min(processes, concurrency, requests))
     specs = []
     for s in range(k):
-        idx = list(range(s, len(bodies), k))
         c = concurrency // k + (1 if s < concurrency % k else 0)
         specs.append(
-            ShardSpec(
-                **{
-                    **base.__dict__,
-                    "concurrency": c,
-                    "indices": idx,
-                    "prompts": [prompts[i] for i in idx],
-                    "bodies": [bodies[i] for i in idx],
-                }
-            )
+            ShardSpec(**{**base.__dict__, "concurrency": c, "indices": list(range(s, requests, k))})
         )
     return specs
 
 
-async def _shard_requests(gen: LoadGenerator, spec: ShardSpec) -> list[RequestRecord]:
+async def _shard_requests(
+    gen: LoadGenerator, spec: ShardSpec, bodies: LevelBodies
+) -> list[RequestRecord]:
     """Closed loop inside one shard: ``spec.concurrency`` workers over its request list."""
     records: list[RequestRecord] = []
     pos = 0
-    n = len(spec.bodies)
+    n = len(spec.indices)
 
     async def worker() -> None:
         nonlocal pos
         while pos < n:  # bounded: each pass consumes one request
-            j = pos
+            i = spec.indices[pos]
             pos += 1
+            body, tokens = bodies.take(i)
             records.append(
-                await gen.request(
-                    spec.indices[j], spec.prompts[j], spec.output_len, body=spec.bodies[j]
-                )
+                await gen.request(i, "", spec.output_len, body=body, prompt_tokens=tokens)
             )
 
     await asyncio.gather(*(worker() for _ in range(min(spec.concurrency, n))))
@@ -171,15 +161,18 @@ def _shard_main(spec: ShardSpec, ready: queue.Queue[object], go: object, out: ob
             spec.backend,  # type: ignore[arg-type]
             api_key=spec.api_key,
             request_timeout_s=spec.request_timeout_s,
+            idle_timeout_s=spec.idle_timeout_s,
             model=spec.model,
             temperature=spec.temperature,
             extensions=spec.extensions,
         ) as gen:
+            gen.vocab_size = spec.vocab_size
+            bodies = LevelBodies(spec.plan, gen.body, spec.indices)  # before the barrier
             ready.put(None)
             await asyncio.to_thread(go.wait, SHARD_READY_TIMEOUT_S)  # type: ignore[attr-defined]
             monitor = LoopMonitor()
             monitor.start()
-            records = await _shard_requests(gen, spec)
+            records = await _shard_requests(gen, spec, bodies)
             health = await monitor.stop()
             return ShardResult(records, health, monitor.cpu_s)
 
@@ -275,9 +268,7 @@ async def sharded_closed_loop(
     gen: LoadGenerator,
     processes: int,
     concurrency: int,
-    prompts: Sequence[Sequence[int] | str],
-    bodies: Sequence[bytes],
-    output_len: int,
+    plan: RequestPlan,
     on_record: Callable[[RequestRecord], None],
     deadline_s: float,
 ) -> tuple[list[RequestRecord | None], ClientHealth, float]:
@@ -291,16 +282,15 @@ async def sharded_closed_loop(
         temperature=gen.temperature,
         extensions=gen.extensions,
         request_timeout_s=gen.request_timeout_s,
-        output_len=output_len,
+        idle_timeout_s=gen.idle_timeout_s,
+        vocab_size=gen.vocab_size,
+        output_len=plan.workload.output_len,
         concurrency=concurrency,
+        plan=plan,
         indices=[],
-        prompts=[],
-        bodies=[],
     )
-    results = await run_sharded(
-        shard_specs(processes, concurrency, prompts, bodies, base), deadline_s
-    )
-    records: list[RequestRecord | None] = [None] * len(bodies)
+    results = await run_sharded(shard_specs(processes, concurrency, len(plan), base), deadline_s)
+    records: list[RequestRecord | None] = [None] * len(plan)
     for res in results:
         for rec in res.records:
             records[rec.index] = rec

@@ -38,7 +38,7 @@ from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
-from pytest_llmperf.core.plan import RequestPlan, plan_level
+from pytest_llmperf.core.plan import LevelBodies, RequestPlan, plan_level
 from pytest_llmperf.core.progress import Progress, ProgressCallback, _Tracker
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.server_probe import (
@@ -101,8 +101,7 @@ class _Requests:
     """One level's requests, prepared: sending one records it and reports its progress."""
 
     gen: LoadGenerator
-    prompts: Sequence[Sequence[int] | str]
-    bodies: Sequence[bytes]
+    bodies: LevelBodies
     output_len: int
     tracker: _Tracker
 
@@ -110,8 +109,9 @@ class _Requests:
         self.records: list[RequestRecord | None] = [None] * len(self.bodies)
 
     async def send(self, i: int, t_scheduled: float | None = None) -> None:
+        body, tokens = self.bodies.take(i)
         rec = await self.gen.request(
-            i, self.prompts[i], self.output_len, body=self.bodies[i], t_scheduled=t_scheduled
+            i, "", self.output_len, body=body, prompt_tokens=tokens, t_scheduled=t_scheduled
         )
         self.records[i] = rec
         self.tracker.add(rec)
@@ -172,7 +172,7 @@ async def _measure_level(
     asked: _Asked,
 ) -> LevelResult:
     """One level of the planned requests (fresh prompt ordinals: none is in any cache)."""
-    prompts, n, multi = plan.prompts, len(plan.prompts), plan.turns > 1
+    n, multi = len(plan), plan.turns > 1
     client_processes = asked.client_processes
     notes: list[str] = []
     if client_processes > 1 and (workload.request_rate is not None or multi):
@@ -189,7 +189,8 @@ async def _measure_level(
     primed = await _prime(gen, workload)
     if primed:
         notes.append(primed)
-    bodies = [gen.body(p, o) for p, o in zip(prompts, plan.output_lens, strict=True)]
+    # The shards build their own share; one process builds the level's first bodies here.
+    bodies = LevelBodies(plan, gen.body) if client_processes == 1 else None
     cache_wanted = workload.kind != "random"  # a fallback if responses carry no cached_tokens
     counters = await scrape_cache_counters(gen.http) if cache_wanted else None
     tracker = _Tracker(concurrency, n, asked.progress)
@@ -210,18 +211,18 @@ async def _measure_level(
                     gen,
                     client_processes,
                     concurrency,
-                    prompts,
-                    bodies,
-                    workload.output_len,
+                    plan,
                     tracker.add,
                     level_deadline_s(workload, concurrency),
                 )
             elif multi:
+                assert bodies is not None
                 records = await conversation_loop(
-                    gen, concurrency, prompts, bodies, plan.turns, plan.think_s, tracker.add
+                    gen, concurrency, bodies.take, n, plan.turns, plan.think, tracker.add
                 )
             else:
-                requests = _Requests(gen, prompts, bodies, workload.output_len, tracker)
+                assert bodies is not None
+                requests = _Requests(gen, bodies, workload.output_len, tracker)
                 if workload.request_rate is None:
                     records = await _closed_loop(requests, concurrency)
                 else:
@@ -237,6 +238,11 @@ async def _measure_level(
     if shard_health is not None:  # the parent only waited: the shards' loops are the client
         health, cpu_s = shard_health, shard_cpu
     tracker.report("level-done")
+    if bodies is not None and bodies.built_late:
+        notes.append(
+            f"{bodies.built_late} request bodies were built while the level ran (past the first "
+            f"{bodies.budget_tokens:,} prompt tokens): the client's CPU figures include them"
+        )
     final = [
         r if r is not None else RequestRecord(index=i, error="not run: level deadline reached")
         for i, r in enumerate(records)
@@ -302,6 +308,7 @@ def _load_generator(url: str, workload: Workload, api_key: str | None) -> LoadGe
         workload.backend,
         api_key=api_key,
         request_timeout_s=workload.request_timeout_s,
+        idle_timeout_s=workload.idle_timeout_s,
         temperature=workload.temperature,
         extensions=workload.openai_extensions,
     )

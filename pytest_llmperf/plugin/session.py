@@ -177,6 +177,7 @@ class LLMPerfSession:
             "seed": get("seed"),
             "requests_per_level": get("requests"),
             "request_timeout_s": get("request_timeout"),
+            "idle_timeout_s": get("idle_timeout"),
             "request_rate": get("request_rate"),
             "openai_extensions": get("openai_extensions"),
             "kind": get("workload"),

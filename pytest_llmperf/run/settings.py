@@ -14,8 +14,10 @@ from typing import Any
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.values import (
+    DEFAULT_IDLE_TIMEOUT_S,
     parse_bool,
     parse_choice,
+    parse_idle_timeout,
     parse_int,
     parse_levels,
     parse_metrics,
@@ -123,6 +125,14 @@ SETTINGS: tuple[Setting, ...] = (
         parse_positive_float,
         600.0,
         "total deadline of one request, seconds",
+        marker=True,
+    ),
+    Setting(
+        "idle_timeout",
+        parse_idle_timeout,
+        DEFAULT_IDLE_TIMEOUT_S,
+        "seconds a request may wait for its next stream event (or its response) before it fails "
+        "as stalled; at most the request timeout applies (0.1 to 86400)",
         marker=True,
     ),
     Setting(

@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from unittest import mock
 
+import httpx
 import pytest
 
+from pytest_llmperf.core import server_probe
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.server_probe import flush_cache, get_server_info
 from pytest_llmperf.core.sse import SSEDecoder
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -120,3 +124,34 @@ def test_a_stalled_stream_fails_at_the_idle_timeout_not_the_deadline(events: int
 def test_the_idle_timeout_never_exceeds_the_request_deadline() -> None:
     gen = LoadGenerator("http://127.0.0.1:1", request_timeout_s=5)
     assert gen.idle_timeout_s == 5
+
+
+def test_a_control_request_that_drips_ends_at_its_timeout() -> None:
+    """/server_info and /flush_cache answered with a byte now and then: httpx's read timeout
+    restarts on every byte, so only a total bound ends them."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(HEAD.replace(b"text/event-stream", b"application/json"))
+            for _ in range(200):  # bounded: 60 s of drips, far past the timeout
+                writer.write(_chunk(b" "))
+                await writer.drain()
+                await asyncio.sleep(0.3)
+        writer.close()
+
+    async def main() -> None:
+        async with _serving(handle) as url:
+            async with LoadGenerator(url, "sglang", request_timeout_s=600) as gen:
+                await gen.http.get("/server_info", timeout=1.0)
+
+    with pytest.raises(httpx.ReadTimeout, match="no complete answer within 1s"):
+        asyncio.run(main())
+
+    async def probes() -> tuple[object, tuple[bool, str | None]]:
+        async with _serving(handle) as url:
+            async with LoadGenerator(url, "sglang", request_timeout_s=600) as gen:
+                with mock.patch.object(server_probe, "PROBE_TIMEOUT_S", 1.0):
+                    return await get_server_info(gen.http), await flush_cache(gen.http)
+
+    assert asyncio.run(probes()) == (None, (False, "flush_cache failed: ReadTimeout"))

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from pytest_llmperf.base.results import Workload
+from pytest_llmperf.core import plan as plan_module
 from pytest_llmperf.core.sweep import (
     Progress,
     SweepError,
@@ -15,6 +16,7 @@ from pytest_llmperf.core.sweep import (
     run_sweep_async,
     validate_levels,
 )
+from pytest_llmperf.core.workload import build_prompts
 
 from .fake_server import FakeServer
 
@@ -161,3 +163,21 @@ def test_a_level_sharded_over_client_processes_merges_exactly(fake_server: FakeS
     assert lv.client.cpu_us_per_output_token is not None
     # one time base: the merged level's duration covers the shards' requests and no more
     assert 0 < lv.duration < 5 and lv.mean_ttft_ms is not None and lv.mean_ttft_ms < 1000
+
+
+def test_a_level_past_the_prebuilt_budget_sends_the_same_prompts_and_says_so(
+    fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bodies past the budget are built as they are sent: the server gets the prompts an
+    eager build gives, and the level says its client CPU includes the building."""
+    monkeypatch.setattr(plan_module, "PREBUILD_TOKENS", 3 * SMALL.input_len)
+    lv = run_level(
+        fake_server.url, 2, SMALL.model_copy(update={"requests_per_level": 10}), warmup=False
+    )
+    assert lv.completed == 10
+    sent = sorted(tuple(b["input_ids"]) for b in fake_server.state.bodies)
+    assert sent == sorted(tuple(p) for p in build_prompts(SMALL, 10))
+    assert (
+        f"7 request bodies were built while the level ran (past the first {3 * 16} prompt "
+        "tokens): the client's CPU figures include them"
+    ) in lv.notes

@@ -108,6 +108,12 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
             "command line --llmperf-input-len=1000000000: 1000000000 is more tokens per request "
             "than this tool supports (at most 4,194,304)",
         ),
+        (
+            [],
+            {"LLMPERF_IDLE_TIMEOUT": "0.01"},
+            "environment variable LLMPERF_IDLE_TIMEOUT: must be between 0.1 and 86400 seconds, "
+            "got 0.01",
+        ),
     ],
     ids=[
         "levels-0",
@@ -120,6 +126,7 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
         "levels-absurd",
         "requests-absurd",
         "input-len-absurd",
+        "env-idle-timeout-too-short",
     ],
 )
 def test_bad_setting_is_a_usage_error_naming_its_source(
