@@ -277,6 +277,8 @@ class SimServer:
         if st.streaming:
             if st.kind == NATIVE:
                 native_event(st, gen, start, stop, ev.finished)
+                if self._count_down_due(st, stop, ev.finished):
+                    native_event(st, gen, stop, stop - 1, False)  # no new text, count one lower
             elif st.vllm:
                 vllm_event(st, gen, start, stop, ev.finished)
             else:
@@ -348,6 +350,20 @@ class SimServer:
                 st.wake()
             return True
         return False
+
+    def _count_down_due(self, st: Stream, stop: int, finished: bool) -> bool:
+        """Whether this stream now gets its one event with a lower count (the fault)."""
+        f = self.faults
+        due = (
+            f.count_down_after_tokens is not None
+            and self.tokens_served >= f.count_down_after_tokens
+            and not (st.internal or st.counted_down or finished)
+            and stop > 1
+        )
+        if due:
+            st.counted_down = True
+            self._note_fault(f"count-down-after-tokens={f.count_down_after_tokens}")
+        return due
 
     def _note_fault(self, what: str) -> None:
         if what not in self.fault_log:
