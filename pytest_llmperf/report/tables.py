@@ -121,7 +121,11 @@ def _verdict(point: PointComparison | None) -> str:
     v = point.verdict.value
     if point.verdict == Verdict.PASS and point.stale:
         v += " (stale)"
-    if point.rerun:
+    if point.rerun and point.attached:
+        # never relaunched: more samples of one launch help only where the margin can narrow
+        open_ = [m.decision for m in point.metrics if m.verdict == Verdict.INCONCLUSIVE]
+        v += " (too noisy)" if any(not d.resolved for d in open_) else " (repeat)"
+    elif point.rerun:
         v += " (re-run)"
     return v
 
