@@ -16,6 +16,7 @@ from tabulate import tabulate
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, explain, fmt_num
 from pytest_llmperf.verdicts.gates import GateResult
+from pytest_llmperf.verdicts.validity import context_shortfall
 
 __all__ = [
     "LEVEL_HEADERS",
@@ -144,9 +145,13 @@ def _short_output(level: LevelResult, workload: Workload) -> str | None:
     got = level.total_output_tokens
     if want <= 0 or got >= want:
         return None
+    why = (
+        context_shortfall(level, want)
+        or "the server stopped early (EOS, a context or length limit)"
+    )
     return (
         f"SHORT OUTPUT: {got} of {want} requested output tokens delivered "
-        f"({100 * got / want:.1f} %); the server stopped early (EOS, a context or length limit)"
+        f"({100 * got / want:.1f} %); {why}"
     )
 
 

@@ -388,17 +388,24 @@ class SimServer:
             "faults_fired": list(self.fault_log),
         }
 
-    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> None:
+    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> int:
+        """Refuse a prompt the context cannot hold; the max_new_tokens to generate: with
+        ``--allow-auto-truncate``, cut to what the context leaves after the longest prompt
+        (SGLang's tokenizer manager: ``context_len - input_tokens``)."""
         ctx = self.context_len()
         if not ctx:
-            return
-        for prompt in prompts if isinstance(prompts, list) else [prompts]:
+            return max_new
+        plist = prompts if isinstance(prompts, list) else [prompts]
+        if self.knobs.allow_auto_truncate and plist:
+            max_new = max(0, min(max_new, ctx - max(p.length for p in plist)))
+        for prompt in plist:
             plen = prompt.length
             if plen >= ctx:
                 raise RequestError(
                     f"The input ({plen} tokens) is longer than the model's context length "
                     f"({ctx} tokens)."
                 )
+        return max_new
 
     async def serve_wait(self, request: web.Request, st: Stream) -> None:
         """Non-streaming: wait for all sequences; abort them if the client goes away."""

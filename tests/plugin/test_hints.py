@@ -1,9 +1,12 @@
-"""What an inconclusive or short point tells the user to do, for a server the plugin attached to.
+"""What an inconclusive or short point tells the user to do.
 
 An attached server (``--llmperf-url``) is never relaunched: advice to "measure more independent
 launches (--llmperf-repeat with --llmperf-relaunch)" cannot be followed there. A real pytest run
 attaches to a simulated server started by hand; its baseline is made noisy on purpose (a wide
 spread, a higher mean) so that the point is inconclusive with a margin beyond the tolerance.
+
+Outputs cut by the server's context per request are said to be that, with the numbers, not EOS
+or tokenizer drift.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pytest
 
 from pytest_llmperf.launch.ports import free_port
 
-from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, run
+from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
 
 ONE = """
 [[server]]
@@ -111,3 +114,44 @@ def test_inconclusive_on_an_attached_server_advises_what_can_be_done(
     assert "inconclusive (too noisy)" in out
     assert "--llmperf-relaunch" not in out
     assert "(re-run)" not in out
+
+
+SMALL_CONTEXT = """
+[[server]]
+name = "small"
+model = "sim/qwen-moe"
+args = ["--context-length", "96", "--allow-auto-truncate"]
+
+[sweep]
+levels = [1]
+"""
+
+
+def test_outputs_cut_by_the_context_say_so_with_numbers(pytester: pytest.Pytester) -> None:
+    """SGLang with --context-length 96 and --allow-auto-truncate lowers max_new_tokens to what
+    the context leaves: 64-token prompts get 32 of the 64 tokens asked. The level is INVALID
+    (never recorded), and the reason is the context, from the server's own answer."""
+    pytester.makefile(".toml", llmperf=SMALL_CONTEXT)
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    result = run(pytester, "--llmperf-output-len", "64", "--llmperf-update")
+    assert_no_servers_left(pytester.path)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*INVALID measurement (not a performance verdict, not recorded): small at C=1: "
+            "invalid measurement: delivered 128 output tokens for 4 completed requests, expected "
+            "256 (4 × 64), 50.0 % short: the server's context is 96 tokens per request "
+            "(/v1/models max_model_len), below the 64 prompt + 64 output = 128 tokens each "
+            "request needs, so outputs stop at the context*",
+        ]
+    )
+    out = result.stdout.str()
+    assert "EOS" not in out and "tokenizer drift" not in out
+    assert (
+        "SHORT OUTPUT: 128 of 256 requested output tokens delivered (50.0 %); the server's "
+        "context is 96 tokens per request" in out
+    )
+    assert not list((pytester.path / "baselines").rglob("*.json"))
+    (sweep,) = read_json(pytester.path / "llmperf-results" / "results.json")["sweeps"]
+    assert sweep["levels"][0]["server_context_tokens"] == 96
