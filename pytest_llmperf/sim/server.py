@@ -389,15 +389,19 @@ class SimServer:
         }
 
     def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> int:
-        """Refuse a prompt the context cannot hold; the max_new_tokens to generate: with
-        ``--allow-auto-truncate``, cut to what the context leaves after the longest prompt
-        (SGLang's tokenizer manager: ``context_len - input_tokens``)."""
+        """Refuse a prompt the context cannot hold; the max_new_tokens to generate. With
+        ``--allow-auto-truncate`` SGLang's tokenizer manager cuts it to ``context_len - input``;
+        its scheduler then caps every request at ``max_req_len - input - 1`` with
+        ``max_req_len = context_len - 1`` (0.5.23 ``init_req_max_new_tokens``; its KV-pool
+        bound is left out here). At least one token, where SGLang would allow 0."""
         ctx = self.context_len()
         if not ctx:
             return max_new
         plist = prompts if isinstance(prompts, list) else [prompts]
-        if self.knobs.allow_auto_truncate and plist:
-            max_new = max(0, min(max_new, ctx - max(p.length for p in plist)))
+        longest = max((p.length for p in plist), default=0)
+        if self.knobs.allow_auto_truncate:
+            max_new = min(max_new, ctx - longest)
+        max_new = max(1, min(max_new, ctx - longest - 2))
         for prompt in plist:
             plen = prompt.length
             if plen >= ctx:

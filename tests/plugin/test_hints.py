@@ -129,7 +129,8 @@ levels = [1]
 
 def test_outputs_cut_by_the_context_say_so_with_numbers(pytester: pytest.Pytester) -> None:
     """SGLang with --context-length 96 and --allow-auto-truncate lowers max_new_tokens to what
-    the context leaves: 64-token prompts get 32 of the 64 tokens asked. The level is INVALID
+    the context leaves and its scheduler caps it at context - 2 - prompt: 64-token prompts get
+    30 of the 64 asked (as the real SGLang 0.5.23 on CPU delivered). The level is INVALID
     (never recorded), and the reason is the context, from the server's own answer."""
     pytester.makefile(".toml", llmperf=SMALL_CONTEXT)
     pytester.makepyfile(test_perf=SWEEP_TEST)
@@ -140,8 +141,8 @@ def test_outputs_cut_by_the_context_say_so_with_numbers(pytester: pytest.Pyteste
     result.stdout.fnmatch_lines(
         [
             "*INVALID measurement (not a performance verdict, not recorded): small at C=1: "
-            "invalid measurement: delivered 128 output tokens for 4 completed requests, expected "
-            "256 (4 × 64), 50.0 % short: the server's context is 96 tokens per request "
+            "invalid measurement: delivered 120 output tokens for 4 completed requests, expected "
+            "256 (4 × 64), 53.1 % short: the server's context is 96 tokens per request "
             "(/v1/models max_model_len), below the 64 prompt + 64 output = 128 tokens each "
             "request needs, so outputs stop at the context*",
         ]
@@ -149,7 +150,7 @@ def test_outputs_cut_by_the_context_say_so_with_numbers(pytester: pytest.Pyteste
     out = result.stdout.str()
     assert "EOS" not in out and "tokenizer drift" not in out
     assert (
-        "SHORT OUTPUT: 128 of 256 requested output tokens delivered (50.0 %); the server's "
+        "SHORT OUTPUT: 120 of 256 requested output tokens delivered (46.9 %); the server's "
         "context is 96 tokens per request" in out
     )
     assert not list((pytester.path / "baselines").rglob("*.json"))
