@@ -313,6 +313,10 @@ class LevelResult(_Model):
     # From /server_info, for explaining a speculative config's loss (verdicts/compare.py).
     server_cuda_graph_max_bs: int | None = None
     server_dp_size: int | None = None
+    # Tokens one request may hold (prompt + output) as the server reports it, and where from
+    # (``core/context_limit.py``): a context below prompt + output explains short outputs.
+    server_context_tokens: int | None = None
+    server_context_source: str | None = None
     speculative: bool = False
     # Launched servers: launch -> healthy, and the first request after healthy (the warm-up,
     # WARMUP_OUTPUT_LEN tokens), stamped on every level of that server so each point's

@@ -8,7 +8,9 @@ the whole text and ``output_ids`` in every event (several KB each at 1000 tokens
 and ids are never decoded and no event is copied: the last one is kept as a reference into its
 read, and at the end only its ``meta_info`` (the object that closes it) is parsed. Anything
 unusual in a read (an error, a comment, a count that did not grow, a key spelled with a space
-before its colon) falls back to splitting it into events, with the same result.
+before its colon) falls back to splitting it into events, with the same result. A cumulative
+count that went down fails the request (``count_went_down``): the server's counts are then not
+a measurement; the counts between a read's first and last are checked for that too.
 """
 
 from __future__ import annotations
@@ -103,6 +105,30 @@ def short_error(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
+def _counts_rise(data: bytes, first: int, last: int, c1: int, cl: int) -> bool:
+    """Whether the counts of a read's events never go down: those between its first (``c1``
+    at ``first``) and last (``cl`` at ``last``) are searched for at C speed and parsed only
+    when a read holds more than two events."""
+    top, pos = c1, first + _CT_LEN
+    while True:  # bounded: each pass moves past one key, and the search stops at ``last``
+        j = data.find(_CT_KEY, pos, last)
+        if j < 0:
+            return cl >= top
+        ct = _int_after(data, j + _CT_LEN)
+        if 0 <= ct < top:
+            return False
+        top, pos = max(top, ct), j + _CT_LEN
+
+
+def count_went_down(last: int, ct: int) -> str:
+    """The error of a stream whose cumulative ``completion_tokens`` went down: its counts, and
+    so every token-based number of the request, cannot be trusted."""
+    return (
+        f"malformed stream: the cumulative completion_tokens went down from {last} to {ct}; "
+        "the server's token counts cannot be trusted, so the request counts as failed"
+    )
+
+
 def _reached_done(rec: RequestRecord, t_done: float) -> bool:
     """Whether an ended stream is left to judge: not failed, and it sent [DONE] (at ``t_done``,
     which sets its end-to-end latency); one cut before [DONE] fails here."""
@@ -189,7 +215,8 @@ class GenerateStreamParser:
                 last_ct = self._last_ct
                 c1 = _int_after(data, first + _CT_LEN)
                 cl = c1 if n == 1 else _int_after(data, last + _CT_LEN)
-                if c1 > last_ct and cl >= c1:
+                rising = cl >= c1 and (n < 3 or _counts_rise(data, first, last, c1, cl))
+                if c1 > last_ct and rising:
                     self.rec.add_read(t, c1 - last_ct, cl - last_ct, n)
                     self._last_ct = cl
                     self._last_payload = (data, start, stop)
@@ -223,6 +250,9 @@ class GenerateStreamParser:
             if ct > self._last_ct:
                 rec.add_tokens(t, ct - self._last_ct)  # counts the event
                 self._last_ct = ct
+            elif 0 <= ct < self._last_ct:
+                rec.fail(count_went_down(self._last_ct, ct))
+                return False
             else:
                 rec.events += 1
             self._last_payload = (data, 0, len(data))
@@ -347,7 +377,8 @@ class OpenAIStreamParser:
                 c1 = _int_after(data, first + _CT_LEN)
                 cl = c1 if n == 1 else _int_after(data, last + _CT_LEN)
                 fin = _FINISH.search(data, 0, stop)
-                if c1 > self._last_ct and cl >= c1 and (fin is None or fin.group(1) != b"abort"):
+                rising = cl >= c1 and (n < 3 or _counts_rise(data, first, last, c1, cl))
+                if c1 > self._last_ct and rising and (fin is None or fin.group(1) != b"abort"):
                     self._mode = "usage"
                     self.rec.add_read(t, c1 - self._last_ct, cl - self._last_ct, n)
                     self._last_ct = cl
@@ -376,6 +407,9 @@ class OpenAIStreamParser:
             if j >= 0:
                 self._usage_payload = (data, 0, len(data))
                 ct = _int_after(data, j + _CT_LEN)
+                if self._mode != "chunks" and 0 <= ct < self._last_ct:
+                    rec.fail(count_went_down(self._last_ct, ct))
+                    return
                 if self._mode != "chunks" and ct > self._last_ct:
                     self._mode = "usage"
                     rec.add_tokens(t, ct - self._last_ct)  # counts the event

@@ -35,6 +35,7 @@ from pytest_llmperf.base.results import (
 from pytest_llmperf.core.cache_metrics import hit_rate_between, scrape_cache_counters
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
 from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.context_limit import request_context
 from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.monitor import LoopMonitor, with_token_cost
@@ -272,6 +273,7 @@ async def _measure_level(
             result.accept_length = sum(per_req) / len(per_req)
             notes.append("accept length from per-request meta_info")
     result.server_max_running_requests = cap
+    result.server_context_tokens, result.server_context_source = await request_context(gen.http)
     if cap is not None and concurrency > cap:
         result.queueing = True
         notes.append(f"C={concurrency} > max running requests {cap}: queueing")

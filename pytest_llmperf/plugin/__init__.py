@@ -29,7 +29,8 @@ from pytest_llmperf.plugin.warnings import (
     LLMPerfStaleBaselineWarning,
     LLMPerfWarning,
 )
-from pytest_llmperf.run.settings import SETTINGS, SettingError
+from pytest_llmperf.run.output_dir import output_dir_problem
+from pytest_llmperf.run.settings import SETTINGS, SETTINGS_BY_NAME, SettingError
 
 if TYPE_CHECKING:
     from pytest_llmperf.plugin.checks import ABCheck, CrossoverCheck, GateCheck, Point, SloCheck
@@ -74,7 +75,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "requests=None, backend=None, repeat=None, metrics=None, tolerance=None, ...): "
         "narrow or override pytest-llmperf settings for this test",
     )
-    config.stash[SESSION] = LLMPerfSession.from_config(config)
+    llm = LLMPerfSession.from_config(config)
+    problem = output_dir_problem(llm.output_dir, SETTINGS_BY_NAME["output_dir"].cli_flag)
+    if problem is not None:
+        raise usage_error(problem)
+    config.stash[SESSION] = llm
     if config.pluginmanager.hasplugin("xdist"):
         from pytest_llmperf.plugin.xdist import XdistHooks
 

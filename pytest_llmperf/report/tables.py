@@ -16,6 +16,7 @@ from tabulate import tabulate
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.compare import PointComparison, Verdict, explain, fmt_num
 from pytest_llmperf.verdicts.gates import GateResult
+from pytest_llmperf.verdicts.validity import context_shortfall
 
 __all__ = [
     "LEVEL_HEADERS",
@@ -121,7 +122,11 @@ def _verdict(point: PointComparison | None) -> str:
     v = point.verdict.value
     if point.verdict == Verdict.PASS and point.stale:
         v += " (stale)"
-    if point.rerun:
+    if point.rerun and point.attached:
+        # never relaunched: more samples of one launch help only where the margin can narrow
+        open_ = [m.decision for m in point.metrics if m.verdict == Verdict.INCONCLUSIVE]
+        v += " (too noisy)" if any(not d.resolved for d in open_) else " (repeat)"
+    elif point.rerun:
         v += " (re-run)"
     return v
 
@@ -140,9 +145,13 @@ def _short_output(level: LevelResult, workload: Workload) -> str | None:
     got = level.total_output_tokens
     if want <= 0 or got >= want:
         return None
+    why = (
+        context_shortfall(level, want)
+        or "the server stopped early (EOS, a context or length limit)"
+    )
     return (
         f"SHORT OUTPUT: {got} of {want} requested output tokens delivered "
-        f"({100 * got / want:.1f} %); the server stopped early (EOS, a context or length limit)"
+        f"({100 * got / want:.1f} %); {why}"
     )
 
 

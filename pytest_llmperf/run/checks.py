@@ -211,6 +211,7 @@ class PointCheck:
                 tolerances=self.tolerances or None,
                 policy=self.policy,
                 adjusted=self._residuals(),
+                attached=self.run.mode_for(self.config) == "attached",
             )
 
         pc = judge()

@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-total-tokens", type=int, default=None)
     g.add_argument("--chunked-prefill-size", type=int, default=None)
     g.add_argument("--context-length", type=int, default=None)
+    g.add_argument("--allow-auto-truncate", action="store_true")
     g.add_argument("--api-key", default=None)
     g.add_argument("--speculative-algorithm", default=None)
     g.add_argument(

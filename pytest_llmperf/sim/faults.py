@@ -22,6 +22,7 @@ FAULT_KINDS: dict[str, bool] = {
     "server-info-html": False,
     "cut-stream-after-tokens": True,
     "stream-error-after-tokens": True,
+    "count-down-after-tokens": True,
 }
 
 FAULT_HELP = """\
@@ -33,7 +34,9 @@ inject a failure (repeatable):
   http-500                     every /generate and /v1/* request answers HTTP 500
   server-info-html             /server_info answers 200 with an HTML page (a proxy's error page)
   cut-stream-after-tokens=N    after N tokens, streams are cut (connection closed, no [DONE])
-  stream-error-after-tokens=N  after N tokens, streams get 'data: {"error": ...}' then [DONE]"""
+  stream-error-after-tokens=N  after N tokens, streams get 'data: {"error": ...}' then [DONE]
+  count-down-after-tokens=N    after N tokens, each native /generate stream repeats one event
+                               with meta_info.completion_tokens one lower (a malformed count)"""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Faults:
     hang_stream_after_tokens: int | None = None
     cut_stream_after_tokens: int | None = None
     stream_error_after_tokens: int | None = None
+    count_down_after_tokens: int | None = None
 
     @property
     def any_token_threshold(self) -> bool:
@@ -58,6 +62,7 @@ class Faults:
                 self.hang_stream_after_tokens,
                 self.cut_stream_after_tokens,
                 self.stream_error_after_tokens,
+                self.count_down_after_tokens,
             )
         )
 

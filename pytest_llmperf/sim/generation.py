@@ -42,7 +42,7 @@ class GenerationRoutes:
             max_new = int_field(sp, "max_new_tokens", 128)
             ignore_eos = bool(sp.get("ignore_eos", False))
             streaming = bool(body.get("stream", False))
-            self.server.check_lengths(prompts, max_new)
+            max_new = self.server.check_lengths(prompts, max_new)
         except RequestError as e:
             self.server.log.error(f"[http_server] Error: {e}")
             return json_response({"error": {"message": str(e)}}, status=400)
@@ -179,7 +179,7 @@ class GenerationRoutes:
                 raise RequestError("max_tokens must be positive")
             if int(body.get("n", 1) or 1) != 1:
                 raise RequestError("The simulator supports only n=1.")
-            server.check_lengths(prompt, max_new)
+            max_new = server.check_lengths(prompt, max_new)
         except RequestError as e:
             return self._error(str(e), "BadRequestError", 400)
         streaming = bool(body.get("stream", False))

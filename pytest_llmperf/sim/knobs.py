@@ -23,6 +23,7 @@ class ServerKnobs:
     max_total_tokens: int | None = None
     chunked_prefill_size: int | None = None
     context_length: int | None = None
+    allow_auto_truncate: bool = False  # SGLang: max_new_tokens cut to the context, no refusal
     api_key: str | None = None
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None

@@ -277,6 +277,8 @@ class SimServer:
         if st.streaming:
             if st.kind == NATIVE:
                 native_event(st, gen, start, stop, ev.finished)
+                if self._count_down_due(st, stop, ev.finished):
+                    native_event(st, gen, stop, stop - 1, False)  # no new text, count one lower
             elif st.vllm:
                 vllm_event(st, gen, start, stop, ev.finished)
             else:
@@ -349,6 +351,20 @@ class SimServer:
             return True
         return False
 
+    def _count_down_due(self, st: Stream, stop: int, finished: bool) -> bool:
+        """Whether this stream now gets its one event with a lower count (the fault)."""
+        f = self.faults
+        due = (
+            f.count_down_after_tokens is not None
+            and self.tokens_served >= f.count_down_after_tokens
+            and not (st.internal or st.counted_down or finished)
+            and stop > 1
+        )
+        if due:
+            st.counted_down = True
+            self._note_fault(f"count-down-after-tokens={f.count_down_after_tokens}")
+        return due
+
     def _note_fault(self, what: str) -> None:
         if what not in self.fault_log:
             self.fault_log.append(what)
@@ -372,17 +388,28 @@ class SimServer:
             "faults_fired": list(self.fault_log),
         }
 
-    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> None:
+    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> int:
+        """Refuse a prompt the context cannot hold; the max_new_tokens to generate. With
+        ``--allow-auto-truncate`` SGLang's tokenizer manager cuts it to ``context_len - input``;
+        its scheduler then caps every request at ``max_req_len - input - 1`` with
+        ``max_req_len = context_len - 1`` (0.5.23 ``init_req_max_new_tokens``; its KV-pool
+        bound is left out here). At least one token, where SGLang would allow 0."""
         ctx = self.context_len()
         if not ctx:
-            return
-        for prompt in prompts if isinstance(prompts, list) else [prompts]:
+            return max_new
+        plist = prompts if isinstance(prompts, list) else [prompts]
+        longest = max((p.length for p in plist), default=0)
+        if self.knobs.allow_auto_truncate:
+            max_new = min(max_new, ctx - longest)
+        max_new = max(1, min(max_new, ctx - longest - 2))
+        for prompt in plist:
             plen = prompt.length
             if plen >= ctx:
                 raise RequestError(
                     f"The input ({plen} tokens) is longer than the model's context length "
                     f"({ctx} tokens)."
                 )
+        return max_new
 
     async def serve_wait(self, request: web.Request, st: Stream) -> None:
         """Non-streaming: wait for all sequences; abort them if the client goes away."""

@@ -196,6 +196,7 @@ class Stream:
         self.n_done = 0
         self.closed = False  # everything, [DONE] included, is queued
         self.cut = False  # fault: close the connection after writing what is queued
+        self.counted_down = False  # fault: an event with a lower count was sent
         self.created = int(time.time())
         self.oai_id = ""
         self.oai_head = b""

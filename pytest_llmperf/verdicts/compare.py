@@ -246,6 +246,7 @@ class PointComparison:
     invalid_reasons: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    attached: bool = False  # measured on an attached server: never relaunched
 
     @property
     def rerun(self) -> bool:
@@ -276,10 +277,12 @@ def compare_metric(
     launches: Sequence[str | None] | None = None,
     within_se: Sequence[float | None] = (),
     t_margin: bool = False,
+    attached: bool = False,
 ) -> MetricComparison:
     """Judge one metric; the message is a sentence naming where, by how much and why.
 
-    ``launches``/``within_se``: each current sample's server launch and within-run error."""
+    ``launches``/``within_se``: each current sample's server launch and within-run error;
+    ``attached``: the server is never relaunched (its advice says what can be done)."""
     d = metric(name)
     tolerance = validate_tolerance(tolerance, f"tolerance for {name}")
     samples = [float(current)] if isinstance(current, int | float) else [float(v) for v in current]
@@ -317,7 +320,7 @@ def compare_metric(
         f"{side} baseline {fmt_num(baseline.mean)}{unit} (tolerance {_tol(tolerance)})"
     )
     if verdict == Verdict.INCONCLUSIVE:
-        msg += f"; {dec.advice()}"
+        msg += f"; {dec.advice(attached=attached)}"
     elif dec.stale:
         msg += "; better than baseline beyond noise: the baseline is stale, re-record it with "
         msg += "--llmperf-update"
@@ -384,6 +387,7 @@ def compare_point(
     rule: NoiseRule | None = None,
     policy: ValidityPolicy | None = None,
     adjusted: Mapping[str, Sequence[float]] | None = None,
+    attached: bool = False,
 ) -> PointComparison:
     """Validity, then every metric of ``metrics`` (default: ``DEFAULT_METRICS`` ∩ entry).
 
@@ -398,7 +402,12 @@ def compare_point(
     wl_key = workload.key() if workload is not None else ""
     why = explain(reps[-1], entry)
     point = PointComparison(
-        config=config, concurrency=c, workload=wl_key, verdict=Verdict.PASS, why=why
+        config=config,
+        concurrency=c,
+        workload=wl_key,
+        verdict=Verdict.PASS,
+        why=why,
+        attached=attached,
     )
 
     valid: list[LevelResult] = []
@@ -452,6 +461,7 @@ def compare_point(
             launches=[lv.launch for _, lv in got],
             within_se=[lv.within_se.get(name) for _, lv in got],
             t_margin=adjusting,  # the unadjusted side is then a backstop for gross changes
+            attached=attached,
         )
         if adjusting and adjusted is not None and res is not None:
             mc = with_launch_adjustment(
@@ -518,6 +528,7 @@ def compare_sweep(
                 rule=rule,
                 policy=policy,
                 adjusted=adjusted,
+                attached=sweep.server.mode == "attached",
             )
         )
     return out

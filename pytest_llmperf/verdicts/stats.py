@@ -122,25 +122,39 @@ class Decision:
         """Inconclusive points should be measured again and decided on all samples."""
         return self.outcome == "inconclusive"
 
-    def advice(self) -> str:
+    def advice(self, *, attached: bool = False) -> str:
+        """What the user can do about an inconclusive verdict. An ``attached`` server is never
+        relaunched (nor re-launched by a re-run): its advice names what can be done to it."""
         if self.outcome != "inconclusive":
             return ""
+        head = f"inconclusive (within noise margin {100 * self.margin:.1f} %): "
         if not self.resolved:
             mde = "" if self.mde is None else f", minimum detectable effect {100 * self.mde:.1f} %"
+            if attached:
+                more = (
+                    "an attached server is never relaunched, so more samples of it cannot "
+                    "narrow this margin: widen the tolerance, or restart the server and run "
+                    "the session again"
+                )
+            else:
+                more = (
+                    "measure more independent launches (--llmperf-repeat with "
+                    "--llmperf-relaunch) or widen the tolerance"
+                )
             return (
                 f"inconclusive: the noise margin {100 * self.margin:.1f} % exceeds the tolerance "
-                f"{100 * self.tolerance:.3g} %{mde}; measure more independent launches "
-                "(--llmperf-repeat with --llmperf-relaunch) or widen the tolerance"
+                f"{100 * self.tolerance:.3g} %{mde}; {more}"
             )
         if self.repeats_needed is not None:
-            return (
-                f"inconclusive (within noise margin {100 * self.margin:.1f} %): re-run to "
-                f"n={self.repeats_needed} samples"
-            )
-        return (
-            f"inconclusive (within noise margin {100 * self.margin:.1f} %): re-run, or "
-            "re-record the baseline with more repeats"
-        )
+            if attached:
+                return (
+                    f"{head}repeat on the same server to n={self.repeats_needed} samples "
+                    f"(--llmperf-repeat {self.repeats_needed})"
+                )
+            return f"{head}re-run to n={self.repeats_needed} samples"
+        if attached:
+            return f"{head}run the session again, or re-record the baseline with more repeats"
+        return f"{head}re-run, or re-record the baseline with more repeats"
 
 
 def relative_change(current: float, base: float) -> float:

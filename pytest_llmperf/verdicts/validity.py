@@ -25,6 +25,7 @@ from pytest_llmperf.core.monitor import (
 __all__ = [
     "ValidityPolicy",
     "check_level",
+    "context_shortfall",
     "is_valid",
     "policy_from_settings",
     "starved_by_machine",
@@ -158,6 +159,27 @@ def _hit_rate(level: LevelResult, workload: Workload, policy: ValidityPolicy) ->
     ]
 
 
+def context_shortfall(level: LevelResult, want_out: int) -> str | None:
+    """Why outputs were cut, when the server's context per request (``LevelResult.
+    server_context_tokens``) is below what each completed request needed (its mean prompt as
+    the server counted it plus its requested output); None when the context is unknown or fits.
+    """
+    ctx = level.server_context_tokens
+    n = level.completed
+    if ctx is None or n <= 0:
+        return None
+    prompt = round(level.total_input_tokens / n)
+    out = round(want_out / n)
+    if ctx >= prompt + out:
+        return None
+    where = level.server_context_source or "as the server reports it"
+    return (
+        f"the server's context is {ctx} tokens per request ({where}), below the {prompt} prompt "
+        f"+ {out} output = {prompt + out} tokens each request needs, so outputs stop at the "
+        "context (llama-server divides -c over its -np slots; SGLang: --context-length)"
+    )
+
+
 def _lengths(level: LevelResult, workload: Workload, policy: ValidityPolicy) -> list[str]:
     """Delivered token totals against the completed requests' own targets (a length mix,
     dataset or multi-turn level records their sums; else completed x the workload's lengths)."""
@@ -169,11 +191,15 @@ def _lengths(level: LevelResult, workload: Workload, policy: ValidityPolicy) -> 
     got_out = level.total_output_tokens
     if want_out is not None and abs(got_out - want_out) > policy.length_tolerance * want_out:
         side = "short" if got_out < want_out else "over"
+        context = context_shortfall(level, want_out) if got_out < want_out else None
+        why = context or (
+            "likely EOS before max_tokens (send ignore_eos) or tokenizer drift"
+            if got_out < want_out
+            else "the server generated past max_tokens or counts tokens differently"
+        )
         reasons.append(
             f"delivered {got_out} output tokens for {n} completed requests, "
-            f"expected {want_out} ({design}), "
-            f"{_pct(got_out, want_out)} {side}: likely EOS before max_tokens (send "
-            "ignore_eos) or tokenizer drift"
+            f"expected {want_out} ({design}), {_pct(got_out, want_out)} {side}: {why}"
         )
     if workload.dataset is not None and level.expected_input_tokens is None:
         return reasons  # a dataset's text: only the server can count its tokens

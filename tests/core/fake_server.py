@@ -16,6 +16,7 @@ from aiohttp import web
 
 Scenario = (
     str  # "ok" | "error_in_stream" | "cut" | "clean_cut" | "http_500" | "no_finish" | "abort"
+    # | "count_down": past half the output, one event repeats with completion_tokens one lower
 )
 
 
@@ -158,7 +159,7 @@ class FakeServer:
         self.state.max_running = max(self.state.max_running, self.state.running)
         try:
             resp = await self._open_stream(request)
-            text, ct = "", 0
+            text, ct, counted_down = "", 0, False
             for k in self._chunks(n):
                 await asyncio.sleep(self.config.step_s)
                 ct += k
@@ -190,6 +191,10 @@ class FakeServer:
                     meta["spec_accept_length"] = self.config.accept_length
                 out = {"text": text, "output_ids": list(range(ct)), "meta_info": meta}
                 await self._send(resp, orjson.dumps(out))
+                if scenario == "count_down" and ct > n // 2 and not counted_down:
+                    counted_down = True
+                    meta = {**meta, "completion_tokens": ct - 1}
+                    await self._send(resp, orjson.dumps({**out, "meta_info": meta}))
             await self._send(resp, b"[DONE]")
             await resp.write_eof()
             return resp
@@ -239,7 +244,7 @@ class FakeServer:
                 resp,
                 orjson.dumps({"id": "x", "choices": [first], "usage": usage(0) if cont else None}),
             )
-        ct = 0
+        ct, counted_down = 0, False
         for k in self._chunks(n):
             await asyncio.sleep(self.config.step_s)
             ct += k
@@ -248,6 +253,9 @@ class FakeServer:
                 break
             finish = "length" if ct == n and not chat else None
             await self._send(resp, chunk(self.config.text_piece * k, finish, ct))
+            if scenario == "count_down" and ct > n // 2 and not counted_down:
+                counted_down = True
+                await self._send(resp, chunk("", None, ct - 1))
         if chat and scenario != "error_in_stream":
             await self._send(resp, chunk(None, "length", ct))
         final = {**usage(ct), "prompt_tokens_details": {"cached_tokens": self.config.cached_tokens}}

@@ -118,6 +118,23 @@ def test_openai_error_in_stream(fake_server: FakeServer) -> None:
     assert not rec.ok and "boom" in (rec.error or "")
 
 
+@pytest.mark.parametrize("backend", ["sglang", "openai", "openai-chat"])
+@pytest.mark.parametrize("per_event", [(1,), (1, 3)], ids=["1-token", "mixed"])
+def test_a_cumulative_count_that_goes_down_fails_the_request(
+    fake_server: FakeServer, backend: str, per_event: tuple[int, ...]
+) -> None:
+    """A server whose cumulative completion_tokens decreases mid-stream sends counts that are
+    not a measurement: the request fails saying so, with the two counts, and is never a
+    completed request (its tokens and timings reach no metric)."""
+    fake_server.config.scenario = "count_down"
+    fake_server.config.tokens_per_event = per_event
+    rec = measure(fake_server, backend, n_out=20)
+    assert not rec.ok
+    assert re.search(r"completion_tokens went down from (\d+) to (\d+)", rec.error or ""), rec.error
+    m = re.search(r"from (\d+) to (\d+)", rec.error or "")
+    assert m is not None and int(m[2]) == int(m[1]) - 1 and int(m[1]) > 10
+
+
 def test_api_key_sent_as_bearer_and_never_in_errors(fake_server: FakeServer) -> None:
     fake_server.config.api_key = "s3cret-key"
     ok = measure(fake_server, n_out=3, api_key="s3cret-key")

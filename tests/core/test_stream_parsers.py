@@ -131,6 +131,51 @@ def test_errors_and_cuts_in_a_cumulative_stream(tail: bytes, error: str) -> None
     assert rec.output_tokens == 100
 
 
+def _with_dip(body: bytes, at: int) -> bytes:
+    """The stream with event ``at`` (0-based) followed by a copy of it whose count is one
+    lower; the next event then rises past both, so a read holding all three nets a rise."""
+    events = body.split(b"\n\n")
+    key = b'"completion_tokens":'
+    j = events[at].rfind(key) + len(key)
+    ct = int(events[at][j:].split(b",")[0].split(b"}")[0])
+    lower = events[at][:j] + str(ct - 1).encode() + events[at][j + len(str(ct)) :]
+    return b"\n\n".join([*events[: at + 1], lower, *events[at + 1 :]])
+
+
+@pytest.mark.parametrize("size", [1, 500, 7000, 1 << 22])
+@pytest.mark.parametrize("kind", ["generate", "chat-usage"])
+def test_a_cumulative_count_that_goes_down_fails_the_request(kind: str, size: int) -> None:
+    """Whether the dip arrives alone, at a read's edge, or between two rising counts of one
+    coalesced read (1 << 22: the whole body in one read), the request fails naming the counts
+    and none of its tokens is kept as a completed request's."""
+    if kind == "generate":
+        body = _with_dip(sglang_stream(60), 40)
+        rec = RequestRecord(index=0, t_send=0.0)
+        parser: Any = GenerateStreamParser(rec)
+    else:
+        body = _with_dip(chat_stream(random.Random(3), 60, usage=True), 41)  # 41: role chunk
+        rec = RequestRecord(index=0, t_send=0.0)
+        parser = OpenAIStreamParser(rec, chat=True)
+    feed_all(parser, body, size)
+    assert not rec.ok
+    assert rec.error is not None
+    assert "completion_tokens went down from" in rec.error
+    went = rec.error.split("went down from ")[1].split(";")[0]
+    hi, lo = (int(x) for x in went.split(" to "))
+    assert hi - lo == 1 and hi >= 40
+
+
+def test_a_count_that_stays_the_same_is_no_failure() -> None:
+    """An event repeating the last count (no new token) is legal: not a dip."""
+    events = sglang_stream(30).split(b"\n\n")
+    body = b"\n\n".join([*events[:10], events[9], *events[10:]])
+    for size in (1, 700, 1 << 22):
+        rec = RequestRecord(index=0, t_send=0.0)
+        feed_all(GenerateStreamParser(rec), body, size)
+        assert rec.ok, rec.error
+        assert rec.output_tokens == 30
+
+
 # --- OpenAI streams ---------------------------------------------------------------------------
 def chat_stream(
     rng: random.Random, n: int, *, usage: bool, field: str = "content", finish: str = "length"

@@ -159,6 +159,25 @@ def test_bad_ini_tolerance_names_the_ini_file(one: pytest.Pytester) -> None:
     assert_clean(result)
 
 
+@pytest.mark.parametrize("under", [False, True], ids=["is-a-file", "under-a-file"])
+def test_output_dir_that_is_a_file_is_one_usage_error(one: pytest.Pytester, under: bool) -> None:
+    """Server logs go under the output dir before any report: an existing file there would fail
+    every test alike; it is one usage error naming the flag and the path, and nothing starts."""
+    blocker = one.path / "results-file"
+    blocker.write_text("not a directory\n")
+    target = blocker / "sub" if under else blocker
+    result = run(one, "--llmperf-output-dir", str(target))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    where = f"lies under {blocker}, an existing file" if under else "is an existing file"
+    result.stderr.fnmatch_lines(
+        [f"ERROR: pytest-llmperf: --llmperf-output-dir {target} {where}, not a directory:*"]
+    )
+    assert result.stderr.str().count("pytest-llmperf:") == 1
+    assert_clean(result)
+    assert_no_servers_left(one.path)
+    assert blocker.read_text() == "not a directory\n"
+
+
 @pytest.mark.parametrize(
     ("marker", "expected"),
     [

@@ -185,7 +185,18 @@ MID_SWEEP_FAULTS = {
         [
             "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
             "measurement: 1 of 2 requests failed (allowed 0); first error: error in stream: "
-            "Simulated engine error after * tokens (--sim-fault stream-error-after-tokens=40)"
+            "Simulated engine error after * tokens (--sim-fault stream-error-after-tokens=40)*"
+        ],
+    ),
+    # A cumulative completion_tokens that goes down: the counts are not a measurement.
+    "count-down": (
+        ["--sim-fault count-down-after-tokens=40"],
+        {"failed": 2},
+        [
+            "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
+            "measurement: 1 of 2 requests failed (allowed 0); first error: malformed stream: the "
+            "cumulative completion_tokens went down from * to *; the server's token counts "
+            "cannot be trusted*"
         ],
     ),
 }

@@ -45,6 +45,9 @@ class ScriptedRun:
     def can_relaunch(self, config: str) -> bool:
         return self.relaunch
 
+    def mode_for(self, config: str) -> str:
+        return "simulated"
+
     def samples(self, config: str, workload: Workload, c: int) -> list[LevelResult]:
         return list(self.got)
 

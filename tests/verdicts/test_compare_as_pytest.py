@@ -221,7 +221,13 @@ def test_compare_agrees_with_pytest_on_the_shipped_suite(
         for nodeid, verdict in point_props.items():
             assert verdicts.by_test[nodeid].value == verdict, nodeid
         status, printed = _compare(results, baselines, suite, capsys)
-        assert status == run.ret == (1 if expect_red else 0), printed + run.stdout.str()[-3000:]
+        # Agreement, not greenness: the unslowed run re-measures timings the recording run took
+        # on a shared CPU (startup_s, TTFT, ITL of a few ms, one baseline launch each), which a
+        # busy machine moves past their tolerances; the plugin fails such a point rightly, and
+        # the command must say the same. Only the injected slowdown's red is certain.
+        assert status == run.ret, printed + run.stdout.str()[-3000:]
+        if expect_red:
+            assert status == 1, printed
         # Each workload's table shows its own points only.
         for block in printed.split("\n\n"):
             if block.startswith("plain (sglang-in1100-out64-sp8x1000)"):

@@ -56,6 +56,33 @@ def test_samples_sharing_a_launch_count_once() -> None:
     assert same.margin > fresh.margin
 
 
+def test_inconclusive_advice_for_an_attached_server_never_says_relaunch() -> None:
+    """Each inconclusive kind, launched and attached: an attached server is never relaunched,
+    so its advice names what a user can do to it (repeat on it, or run the session again)."""
+    from pytest_llmperf.verdicts.stats import Decision
+
+    unresolved = Decision("inconclusive", False, 0.08, 0.05, 0.1, 0.2, "margin", 3, 3,
+                          resolved=False, mde=0.4)  # fmt: skip
+    needs_more = Decision("inconclusive", False, 0.06, 0.05, 0.01, 0.02, "margin", 3, 3,
+                          repeats_needed=9)  # fmt: skip
+    plain = Decision("inconclusive", False, 0.06, 0.05, 0.01, 0.02, "margin", 3, 3)
+    assert "--llmperf-relaunch" in unresolved.advice()
+    assert "re-run to n=9 samples" in needs_more.advice()
+    assert plain.advice().endswith("re-run, or re-record the baseline with more repeats")
+    attached = [d.advice(attached=True) for d in (unresolved, needs_more, plain)]
+    for text in attached:
+        assert "relaunch" not in text.replace("never relaunched", "")
+        assert "re-run" not in text
+    assert attached[0].endswith(
+        "an attached server is never relaunched, so more samples of it cannot narrow this "
+        "margin: widen the tolerance, or restart the server and run the session again"
+    )
+    assert attached[1].endswith("repeat on the same server to n=9 samples (--llmperf-repeat 9)")
+    assert attached[2].endswith(
+        "run the session again, or re-record the baseline with more repeats"
+    )
+
+
 def test_point_that_cannot_resolve_its_tolerance_is_inconclusive_with_mde() -> None:
     dec = decide(
         100.0, base_mean=100.0, base_std=15.0, base_n=3, base_launches=3,

@@ -27,6 +27,30 @@ def test_length_drift_seed_003() -> None:
     assert check_level(make_level(64, 1571.1, output_tokens=97000), WORKLOAD, loose) == []
 
 
+def test_short_outputs_from_a_context_below_prompt_plus_output_say_so_with_numbers() -> None:
+    """llama-server -c 4096 -np 4 gives each slot 1024 tokens: 1000-token prompts leave 24
+    for the 1000 asked. The reason names the context, its source and the arithmetic; a context
+    that fits (or an unknown one) keeps the EOS explanation."""
+    lv = make_level(4, 900.0, output_tokens=8 * 24)
+    lv.server_context_tokens = 1024
+    lv.server_context_source = "/props n_ctx per slot of 4 slots"
+    (reason,) = check_level(lv, WORKLOAD)
+    assert reason == (
+        "delivered 192 output tokens for 8 completed requests, expected 8000 (8 × 1000), "
+        "97.6 % short: the server's context is 1024 tokens per request (/props n_ctx per slot "
+        "of 4 slots), below the 1000 prompt + 1000 output = 2000 tokens each request needs, so "
+        "outputs stop at the context (llama-server divides -c over its -np slots; SGLang: "
+        "--context-length)"
+    )
+    assert "EOS" not in reason and "tokenizer" not in reason
+    lv.server_context_tokens = 4096
+    (fits,) = check_level(lv, WORKLOAD)
+    assert "EOS" in fits and "context is" not in fits
+    lv.server_context_tokens = None
+    (unknown,) = check_level(lv, WORKLOAD)
+    assert unknown == fits
+
+
 def test_input_length_drift() -> None:
     lv = make_level(4, 286).model_copy(update={"total_input_tokens": 8100})
     (reason,) = check_level(lv, WORKLOAD)
