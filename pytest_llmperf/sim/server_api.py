@@ -53,8 +53,9 @@ class Server(StreamOwner, Protocol):
 
     def server_counters(self) -> dict[str, Any]: ...
 
-    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> None:
-        """Raise ``RequestError`` for a prompt longer than the context."""
+    def check_lengths(self, prompts: Prompt | list[Prompt], max_new: int) -> int:
+        """Raise ``RequestError`` for a prompt longer than the context; else the max_new_tokens
+        to generate (capped as SGLang's scheduler caps it)."""
 
     def new_rid(self) -> str: ...
 
