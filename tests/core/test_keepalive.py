@@ -24,7 +24,16 @@ import pytest
 from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.transport import Exchange
+from pytest_llmperf.core.transport_errors import (
+    ConnectionLost,
+    ServerDisconnected,
+    StaleConnection,
+    TransportError,
+)
 from tests.tls_certs import self_signed, server_context
+
+from .fake_server import FakeServer
 
 Mode = Literal["fin_on_next", "reset_on_next", "fin_after", "connection_close", "read_then_fin"]
 N_OUT = 5
@@ -214,3 +223,43 @@ def test_connection_close_is_honoured(run_raw) -> None:
     records = run_raw(server, 4)
     assert all(r.ok and r.retries == 0 for r in records)
     assert server.connections == 4 == server.processed  # never reused, so never stale
+
+
+@pytest.mark.parametrize(
+    ("first", "resent"),
+    [
+        (StaleConnection("any words at all"), True),
+        (ConnectionLost("Can not write request body; ServerDisconnectedError"), False),
+        (ServerDisconnected("the server closed the connection before answering"), False),
+    ],
+)
+def test_the_retry_decision_is_the_error_type(
+    fake_server: FakeServer, first: TransportError, resent: bool
+) -> None:
+    """Only ``StaleConnection`` is re-sent, whatever any message says."""
+
+    async def go() -> RequestRecord:
+        async with LoadGenerator(fake_server.url, "sglang") as gen:
+            assert gen._pool is not None
+            send = gen._pool.send
+            tries: list[bool] = []
+
+            async def failing_once(ex: Exchange, payload: bytes, *, fresh: bool = False) -> None:
+                tries.append(fresh)
+                if len(tries) == 1:
+                    raise first
+                await send(ex, payload, fresh=fresh)
+
+            gen._pool.send = failing_once  # type: ignore[method-assign]
+            rec = await gen.request(0, [1001, 1002], N_OUT)
+            assert tries == ([False, True] if resent else [False])
+            return rec
+
+    rec = asyncio.run(go())
+    if resent:
+        assert rec.ok and rec.retries == 1 and rec.output_tokens == N_OUT
+        assert fake_server.state.requests == 1
+    else:
+        assert not rec.ok and rec.retries == 0
+        assert rec.error == f"{type(first).__name__}: {first}"
+        assert fake_server.state.requests == 0
