@@ -604,7 +604,7 @@ def main() -> int:
     port = _free_port()
     url = f"{'https' if args.tls else 'http'}://127.0.0.1:{port}"
     me = [sys.executable, os.path.abspath(__file__), "--events", str(args.events)]
-    me += ["--shape", args.shape]
+    me += ["--shape", args.shape, "--pace", str(args.pace)]
     serve_args = []
     certs = tempfile.TemporaryDirectory(prefix="bench-loadgen-tls-")
     if args.tls:
