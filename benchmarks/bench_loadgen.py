@@ -3,7 +3,8 @@
 Measures events/s and client CPU µs per event at several stream counts against a zero-delay
 local stream server that blasts pre-encoded SGLang ``/generate`` events, for:
 
-- ``ours``: ``pytest_llmperf.core.client.LoadGenerator`` (aiohttp, per-read parsing, uvloop), as
+- ``ours``: ``pytest_llmperf.core.client.LoadGenerator`` (its llhttp stream transport, per-read
+  parsing, uvloop), as
   sweeps run it: the generator is opened before the clock starts, as a sweep opens it before
   a level;
 - ``ours-asyncio``: the same on the stock asyncio loop (a like-for-like loop comparison);
@@ -15,6 +16,8 @@ Every client and level runs in a fresh process pinned to one core, the server in
 on the other core; the server's own CPU is reported so you can see it was not the bottleneck.
 With ``--repeat N`` each (level, client) runs N times, interleaved, and the table shows the
 median with the spread (min-max); the machine's load average is printed before and after.
+``--tls`` serves https with a throwaway self-signed certificate (made with ``openssl``), which
+the clients trust through ``SSL_CERT_FILE``.
 
 The verdict checks the issue's target: ``ours`` at least 3x the reference's events/s at 256
 streams, all 1024 streams held open at once without errors, and the generator reporting itself
@@ -259,7 +262,9 @@ class _StreamProtocol(asyncio.Protocol):
         self._pump()
 
 
-def serve(port: int, n_events: int, shape: str = "small", rate: float = 0.0) -> None:
+def serve(
+    port: int, n_events: int, shape: str = "small", rate: float = 0.0, cert: str | None = None
+) -> None:
     try:
         import uvloop
 
@@ -277,7 +282,13 @@ def serve(port: int, n_events: int, shape: str = "small", rate: float = 0.0) -> 
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(_StreamProtocol, "127.0.0.1", port, backlog=4096)
+        tls = None
+        if cert is not None:
+            import ssl
+
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(cert, cert.replace("cert.pem", "key.pem"))
+        server = await loop.create_server(_StreamProtocol, "127.0.0.1", port, backlog=4096, ssl=tls)
         if _StreamProtocol.pacer is not None:
             _StreamProtocol.pacer.start()
         print("ready", flush=True)
@@ -442,9 +453,12 @@ def _pin(cpu: int) -> None:
 
 
 def _get(url: str, path: str, method: str = "GET") -> dict[str, Any]:
+    import ssl
+
     import httpx
 
-    r = httpx.request(method, url + path, timeout=10.0, trust_env=False)
+    tls = ssl.create_default_context()  # reads SSL_CERT_FILE (--tls)
+    r = httpx.request(method, url + path, timeout=10.0, trust_env=False, verify=tls)
     return r.json() if r.content else {}
 
 
@@ -470,6 +484,22 @@ def _run_one(
     r["ev_s"] = r["events"] / r["wall"]
     r["us_ev"] = r["cpu"] / max(r["events"], 1) * 1e6
     return r
+
+
+def _self_signed(directory: str) -> str:
+    """A certificate for 127.0.0.1 (and its key beside it) for ``--tls``; its path."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=127.0.0.1", "-keyout", key, "-out", cert,
+            "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return cert
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -547,6 +577,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per level and client (median)")
     ap.add_argument("--shape", choices=SHAPES, default="small", help="what the server sends")
     ap.add_argument("--pace", type=float, default=0.0, help="server events/s in all (0: blast)")
+    ap.add_argument("--tls", action="store_true", help="serve https (a self-signed certificate)")
+    ap.add_argument("--cert", help=argparse.SUPPRESS)
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -557,25 +589,33 @@ def main() -> int:
     EVENTS_PER_REQUEST = args.events
     if args.serve:
         _pin(0)
-        serve(args.serve, args.events, args.shape, args.pace)
+        serve(args.serve, args.events, args.shape, args.pace, args.cert)
         return 0
     if args.client:
         _pin(1)
         print(json.dumps(run_client(args.client, args.url, args.n, args.per_worker, args.shape)))
         return 0
 
+    import tempfile
+
     import psutil
     from tabulate import tabulate
 
     port = _free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if args.tls else 'http'}://127.0.0.1:{port}"
     me = [sys.executable, os.path.abspath(__file__), "--events", str(args.events)]
-    me += ["--shape", args.shape]
+    me += ["--shape", args.shape, "--pace", str(args.pace)]
+    serve_args = []
+    certs = tempfile.TemporaryDirectory(prefix="bench-loadgen-tls-")
+    if args.tls:
+        cert = _self_signed(certs.name)
+        serve_args = ["--cert", cert]
+        os.environ["SSL_CERT_FILE"] = cert  # this process's probes and every client's
     levels = [int(s) for s in args.streams.split(",")]
     kinds = args.clients.split(",")
     load_before = os.getloadavg()
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    server = subprocess.Popen([*me, "--serve", str(port)], stdout=subprocess.PIPE)
+    server = subprocess.Popen([*me, "--serve", str(port), *serve_args], stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None
         deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
@@ -606,6 +646,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(10)
+        certs.cleanup()
     load_after = os.getloadavg()
 
     rows = []

@@ -1,12 +1,11 @@
 """Async streaming requests against SGLang's native and OpenAI-compatible APIs.
 
-Measured streams to ``http://`` servers go through ``transport.py`` (an ``asyncio.Protocol`` per
-keep-alive connection, llhttp framing, each read's body parsed inside ``data_received``: no
-task wake-up per read); ``https://`` ones through aiohttp (one session, no connection cap).
-Control requests (``/server_info``, ``/flush_cache``, ``/metrics``) use an httpx client over the
-httpx-aiohttp transport. Stock httpx spends most of its CPU in connection-pool bookkeeping at
-128+ concurrent streams and then stamps tokens tens of milliseconds late (see
-``benchmarks/bench_loadgen.py``).
+Measured streams, ``http://`` and ``https://``, go through ``transport.py`` (an
+``asyncio.Protocol`` per keep-alive connection, llhttp framing, each read's body parsed inside
+``data_received``: no task wake-up per read; ``benchmarks/bench_loadgen.py``). Control requests
+(``/server_info``, ``/flush_cache``, ``/v1/models``, ``/metrics``) are few and go through one
+plain httpx client (``control_http.py``). So a generator holds two pools: the stream pool,
+which grows to the concurrency, and the control client's.
 
 The hot path works per network read, not per event: every event in one read arrived at the
 same instant, so a read gets one stamp, the time its bytes came off the socket (taken before
@@ -17,23 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-import aiohttp
 import httpx
 import orjson
-from aiohttp.client_proto import ResponseHandler
-from httpx_aiohttp import AiohttpTransport
-from yarl import URL
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Backend
 from pytest_llmperf.base.values import DEFAULT_IDLE_TIMEOUT_S
-from pytest_llmperf.core.bounded_http import BoundedClient
+from pytest_llmperf.core import control_http
+from pytest_llmperf.core.control_http import CONNECT_TIMEOUT_S
 from pytest_llmperf.core.records import RequestRecord
 from pytest_llmperf.core.stream_parsers import (
     GenerateStreamParser,
@@ -42,6 +37,7 @@ from pytest_llmperf.core.stream_parsers import (
     short_error,
 )
 from pytest_llmperf.core.transport import Exchange, StreamPool
+from pytest_llmperf.core.transport_errors import StaleConnection, TransportError
 from pytest_llmperf.core.workload import fold_ids
 
 BACKEND_PATHS: dict[str, str] = {
@@ -49,153 +45,15 @@ BACKEND_PATHS: dict[str, str] = {
     "openai": "/v1/completions",
     "openai-chat": "/v1/chat/completions",
 }
-CONNECT_TIMEOUT_S = 10.0
 # A stream with no new event for this long (or the request's deadline, if shorter) has stalled:
 # it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees;
 # the idle_timeout setting changes it.
 IDLE_READ_TIMEOUT_S = DEFAULT_IDLE_TIMEOUT_S
-WRITE_TIMEOUT_S = 30.0
-# Measured streams: aiohttp's own 64 KiB. With a bigger buffer aiohttp calls resume_reading()
-# for every HTTP chunk it hands over (it does so whenever less than the buffer size is queued),
-# which cost ~20 % more CPU per event when reads coalesce (benchmarks/bench_loadgen.py). Large
-# events are fine: readany() has no line limit, the buffer only paces the socket.
-STREAM_READ_BUFSIZE = 1 << 16
-PROBE_READ_BUFSIZE = 1 << 20  # control requests: /metrics bodies can exceed 64 KiB
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
 class ServerError(LLMPerfError, RuntimeError):
     """The server answered a control request (not a measured one) with something unusable."""
-
-
-class _ArrivalStamper(ResponseHandler):
-    """aiohttp's connection protocol, plus the time the last bytes came off the socket.
-
-    A stream task learns about new bytes only after the event loop has run every other ready
-    socket's callbacks: with 64 first tokens landing together, aiohttp's header handling
-    alone delays the last one by about a millisecond. Stamping here, before aiohttp does
-    anything, removes that from TTFT and ITL.
-    """
-
-    t_arrival = math.nan
-
-    def data_received(self, data: bytes) -> None:
-        if data:  # b"" is aiohttp resuming its own parser, not an arrival
-            self.t_arrival = time.perf_counter()
-        super().data_received(data)
-
-    def resume_reading(self, resume_parser: bool = True) -> None:
-        # aiohttp's StreamReader calls this for every HTTP chunk it hands over while less than
-        # its low-water mark is queued, paused or not; each call re-enters the parser and the
-        # transport. SGLang sends one chunk per event, so that costs a third of the client's CPU
-        # per event. Nothing paused: nothing to resume.
-        if self._reading_paused or getattr(self, "_buffer_paused", False):
-            super().resume_reading(resume_parser)
-
-
-def make_session(
-    read_bufsize: int = STREAM_READ_BUFSIZE,
-    *,
-    force_close: bool = False,
-    trace_configs: list[aiohttp.TraceConfig] | None = None,
-) -> aiohttp.ClientSession:
-    """An aiohttp session with no connection cap and no total timeout.
-
-    Concurrency is bounded by the sweep's workers, not by the pool: a pool limit below C
-    would queue requests inside the client and show up as TTFT. Must be created inside the
-    running loop that will use it. Environment proxies are ignored (loopback benchmarks must
-    not detour through one). ``force_close``: every request on its own new connection.
-    """
-    conn = aiohttp.TCPConnector(
-        limit=0,
-        limit_per_host=0,
-        keepalive_timeout=None if force_close else 75.0,
-        force_close=force_close,
-    )
-    # aiohttp has no public hook for its connection protocol; every connector has built it with
-    # self._factory since 3.0. Should that change, streams fall back to stamping on resume.
-    if callable(getattr(conn, "_factory", None)):
-        factory = functools.partial(_ArrivalStamper, loop=asyncio.get_running_loop())
-        conn._factory = cast("functools.partial[ResponseHandler]", factory)
-    return aiohttp.ClientSession(
-        connector=conn,
-        read_bufsize=read_bufsize,
-        timeout=aiohttp.ClientTimeout(total=None),
-        trust_env=False,
-        trace_configs=trace_configs,
-    )
-
-
-class _Attempt:
-    """What one try of a request learned about its connection (aiohttp trace context)."""
-
-    __slots__ = ("answered", "reused")
-
-    def __init__(self) -> None:
-        self.reused = False  # the connection came from the keep-alive pool
-        self.answered = False  # response headers arrived: the server saw the request
-
-
-async def _on_reuse(
-    _session: aiohttp.ClientSession,
-    ctx: Any,
-    _params: aiohttp.TraceConnectionReuseconnParams,
-) -> None:
-    attempt = ctx.trace_request_ctx
-    if isinstance(attempt, _Attempt):
-        attempt.reused = True
-
-
-def _reuse_tracer() -> aiohttp.TraceConfig:
-    tc = aiohttp.TraceConfig()
-    tc.on_connection_reuseconn.append(_on_reuse)
-    tc.freeze()
-    return tc
-
-
-def _never_reached_server(e: BaseException) -> bool:
-    """Whether a failure before any response byte proves the server did not read the request.
-
-    A pooled connection the server had already closed (an idle keep-alive timeout, or a server
-    that closes after every response without saying ``Connection: close``) fails in one of two
-    ways: the body cannot be written (the transport is closing: aiohttp's "Can not write
-    request body") or the server's FIN comes before any answer (``ServerDisconnectedError``).
-    A reset (RST) after the request was written may come from a server that read it, so it is
-    not one of these.
-    """
-    if isinstance(e, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(e, aiohttp.ClientOSError) and "write request body" in str(e)
-
-
-def make_http_client(
-    base_url: str,
-    *,
-    api_key: str | None = None,
-    read_timeout_s: float = 600.0,
-    connect_timeout_s: float = CONNECT_TIMEOUT_S,
-) -> httpx.AsyncClient:
-    """An httpx client over aiohttp with no connection cap and no pool timeout.
-
-    ``read`` must cover the longest TTFT under queueing and every inter-token gap. The API key
-    travels only in the Authorization header and is never logged.
-    """
-
-    def session() -> aiohttp.ClientSession:
-        # Created lazily by the transport, inside the running loop that will use it.
-        return make_session(PROBE_READ_BUFSIZE)
-
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    return BoundedClient(
-        base_url=base_url.rstrip("/"),
-        transport=AiohttpTransport(client=session),
-        timeout=httpx.Timeout(
-            connect=connect_timeout_s, read=read_timeout_s, write=WRITE_TIMEOUT_S, pool=None
-        ),
-        headers=headers,
-        trust_env=False,  # loopback benchmarks must not detour through an env proxy
-        follow_redirects=False,
-    )
 
 
 # Fields of our OpenAI-API bodies that are not in OpenAI's API (vLLM and SGLang take them;
@@ -296,27 +154,18 @@ class LoadGenerator:
         self._watchdog: asyncio.Task[None] | None = None
         self._api_key = api_key
         self._path = BACKEND_PATHS[backend]
-        self._url = URL(self.base_url + self._path)  # parsed once, not per request
+        self._url = self.base_url + self._path
         self._headers = dict(_JSON_HEADERS)
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        # No sock_read: the request's own deadline (asyncio.timeout below, the same length)
-        # already bounds every gap, and aiohttp re-arms a sock_read timer on every read.
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=None
-        )
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh_session: aiohttp.ClientSession | None = None
         self._http: httpx.AsyncClient | None = None
         self._pool: StreamPool | None = None
 
     async def __aenter__(self) -> LoadGenerator:
-        self._session = make_session(trace_configs=[_reuse_tracer()])
-        self._fresh_session = make_session(force_close=True)
-        if self._url.scheme == "http":  # plain HTTP: the stream transport; else aiohttp
-            self._pool = StreamPool(self._url, self._headers, CONNECT_TIMEOUT_S)
-        self._http = make_http_client(
-            self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s
+        tls = control_http.tls_context()  # one TLS policy for both pools
+        self._pool = StreamPool(self._url, self._headers, CONNECT_TIMEOUT_S, tls)
+        self._http = control_http.async_client(
+            self.base_url, api_key=self._api_key, read_timeout_s=self.request_timeout_s, tls=tls
         )
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
         if self.backend != "sglang" and self.model is None:
@@ -339,12 +188,6 @@ class LoadGenerator:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._fresh_session is not None:
-            await self._fresh_session.close()
-            self._fresh_session = None
 
     async def _watch_idle(self) -> None:
         """End every request that received no event for ``idle_timeout_s``.
@@ -375,20 +218,6 @@ class LoadGenerator:
         if self._http is None:
             raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
         return self._http
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The aiohttp session the measured streams use."""
-        if self._session is None:
-            raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
-        return self._session
-
-    @property
-    def fresh_session(self) -> aiohttp.ClientSession:
-        """A session that opens a new connection per request (retries after a stale one)."""
-        if self._fresh_session is None:
-            raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
-        return self._fresh_session
 
     async def resolve_model(self) -> str:
         """The served model name from ``/v1/models`` (OpenAI APIs require one)."""
@@ -439,26 +268,22 @@ class LoadGenerator:
             t_scheduled=t_scheduled,
         )
         rec.t_send = time.perf_counter()
-        attempt = _Attempt()
         watch: _Watch | None = None
         try:
             async with asyncio.timeout(self.request_timeout_s) as deadline:
                 watch = self._inflight[id(rec)] = _Watch(rec, deadline)
                 try:
-                    await self._attempt(rec, payload, attempt, fresh=False)
-                except aiohttp.ClientError as e:
-                    # Retried once, on a new connection, only when a pooled connection died
-                    # before any response byte in a way that shows the server never read this
-                    # request. A fresh connection's failure, a reset after the request was
-                    # written, or anything after the headers is never re-sent.
-                    if attempt.answered or not attempt.reused or not _never_reached_server(e):
-                        raise
+                    await self._attempt(rec, payload, fresh=False)
+                except StaleConnection:
+                    # Re-sent once, on a new connection: a pooled connection the server had
+                    # closed, so it never read this request. A new connection's failure, a
+                    # reset, or anything after the headers is another type and never re-sent.
                     rec.retries += 1
                     # The start stamp belongs to the attempt that succeeds (this one): the
                     # dead connection's milliseconds are the client's, not the server's.
                     rec.t_send = time.perf_counter()
-                    await self._attempt(rec, payload, _Attempt(), fresh=True)
-        except aiohttp.ClientError as e:  # before TimeoutError: a read timeout is both
+                    await self._attempt(rec, payload, fresh=True)
+        except TransportError as e:
             rec.fail(_cut_message(rec, e))
         except TimeoutError:
             if watch is not None and watch.idle:
@@ -481,20 +306,12 @@ class LoadGenerator:
             return GenerateStreamParser(rec)
         return OpenAIStreamParser(rec, chat=self.backend == "openai-chat")
 
-    async def _attempt(
-        self, rec: RequestRecord, payload: bytes, attempt: _Attempt, *, fresh: bool
-    ) -> None:
+    async def _attempt(self, rec: RequestRecord, payload: bytes, *, fresh: bool) -> None:
         """One try of a request: send, then parse the stream into ``rec``."""
         if self._pool is None:
-            session = self.fresh_session if fresh else self.session
-            await self._attempt_aiohttp(rec, session, payload, attempt)
-            return
+            raise RuntimeError("LoadGenerator is not open; use 'async with LoadGenerator(...)'")
         ex = Exchange()
-        try:
-            await self._pool.send(ex, payload, fresh=fresh)
-        finally:
-            attempt.reused = ex.reused
-        attempt.answered = True
+        await self._pool.send(ex, payload, fresh=fresh)
         if ex.status != 200:
             await self._pool.finish(ex, None)
             raw = b"".join(data for data, _ in ex.body)
@@ -504,53 +321,6 @@ class LoadGenerator:
         await self._pool.finish(ex, parser.feed)  # inside data_received: one call per read
         if rec.ok:
             parser.finish()
-
-    async def _attempt_aiohttp(
-        self,
-        rec: RequestRecord,
-        session: aiohttp.ClientSession,
-        payload: bytes,
-        attempt: _Attempt,
-    ) -> None:
-        """One try through aiohttp (https, or anything the stream transport does not speak)."""
-        async with session.post(
-            self._url,
-            data=payload,
-            headers=self._headers,
-            timeout=self._timeout,
-            allow_redirects=False,
-            trace_request_ctx=attempt,
-        ) as resp:
-            attempt.answered = True
-            if resp.status != 200:
-                raw = await resp.read()
-                _fail_from_body(rec, resp.status, raw, openai=self.backend != "sglang")
-                return
-            conn = resp.connection
-            proto = conn.protocol if conn is not None else None
-            stamper = proto if isinstance(proto, _ArrivalStamper) else None
-            await _stream(self._parser(rec), resp.content, stamper)
-
-
-async def _stream(
-    parser: GenerateStreamParser | OpenAIStreamParser,
-    content: aiohttp.StreamReader,
-    stamper: _ArrivalStamper | None,
-) -> None:
-    """Feed one response body to its parser, a read at a time with its arrival stamp.
-
-    After ``[DONE]`` the body is drained to EOF so the connection is reused.
-    """
-    read = content.readany
-    while True:
-        chunk = await read()
-        # the bytes' arrival; else now, before parsing can delay it
-        t = stamper.t_arrival if stamper is not None else time.perf_counter()
-        if not chunk:
-            break
-        if not parser.feed(chunk, t):  # after [DONE] it drains to EOF: the connection is reused
-            return
-    parser.finish()
 
 
 def _fail_from_body(rec: RequestRecord, status: int, raw: bytes, *, openai: bool) -> None:

@@ -39,7 +39,7 @@ def _system_busy() -> tuple[float, float]:
 def _transport_name() -> str:
     loop = asyncio.get_running_loop()
     kind = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
-    return f"httpx+aiohttp-transport/{kind}"
+    return f"llhttp-stream/{kind}"
 
 
 class LoopMonitor:

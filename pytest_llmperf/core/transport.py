@@ -1,4 +1,4 @@
-"""Measured streams over plain HTTP/1.1: one ``asyncio.Protocol`` per connection.
+"""Measured streams over HTTP/1.1, plain or TLS: one ``asyncio.Protocol`` per connection.
 
 With a server that writes event by event (a GPU server below the client's ceiling), every event
 is a network read of its own, and what a read costs is the client's cost. Through aiohttp a read
@@ -6,24 +6,32 @@ went through its connection protocol, its HTTP parser's Python callbacks (three 
 its stream reader: ~15 µs a read. Here ``data_received`` stamps the read, runs llhttp (the C
 parser, via ``httptools``; one Python callback per HTTP chunk) and hands the body bytes of the
 whole read to the request's stream parser, synchronously: no task wake-up, no queue, no copy
-beyond llhttp's. ``client.py`` uses this for ``http://`` URLs and aiohttp for anything else.
+beyond llhttp's. ``https://`` takes the same protocol over the event loop's TLS transport
+(``create_connection(ssl=...)``): the protocol sees decrypted bytes, stamped as they come out.
 
-What it keeps from the aiohttp path: a keep-alive pool that grows to the concurrency (no cap),
-the failures ``client.py`` retries on (a pooled connection closed before any response byte:
-``aiohttp.ServerDisconnectedError``, or "Can not write request body"), the same exception types
-for cuts and resets (so error messages read the same), chunked, content-length and
-read-until-close bodies, and non-200 bodies handed back whole (``Exchange.body``).
+A keep-alive pool grows to the concurrency (no cap); chunked, content-length and
+read-until-close bodies; non-200 bodies handed back whole (``Exchange.body``). Failures are the
+types of ``transport_errors.py``: the one ``client.py`` re-sends (``StaleConnection``) is raised
+only for a pooled connection that closed before any response byte.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
-import aiohttp
 import httptools
-from yarl import URL
+
+from pytest_llmperf.core.transport_errors import (
+    ConnectFailed,
+    ConnectionLost,
+    ProtocolError,
+    ServerDisconnected,
+    StaleConnection,
+)
 
 # (body bytes of one read, the read's arrival) -> False to stop the response (closes it); a
 # ValueError it raises (orjson) ends the response with that error
@@ -91,7 +99,7 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as e:
-            self._end(aiohttp.ClientResponseError(_no_info(), (), message=f"bad HTTP: {e}"))
+            self._end(ProtocolError(f"the response is not valid HTTP/1.1: {e}"))
             return
         body = self.body
         if body is not None:
@@ -122,18 +130,22 @@ class _Connection(asyncio.Protocol):
         ex = self.exchange
         if ex is None or ex.closed:
             return
+        err: Exception
         if not self.headers_done:
-            if exc is None:  # the server's FIN before any answer
-                err: Exception = aiohttp.ServerDisconnectedError()
+            if exc is None and ex.reused:  # the server's FIN before any answer
+                err = StaleConnection(_STALE)
+            elif exc is None:
+                err = ServerDisconnected("the server closed the connection before answering")
             else:
-                err = aiohttp.ClientOSError(getattr(exc, "errno", None) or 0, str(exc))
+                err = ConnectionLost(f"the connection failed before any response: {_why(exc)}")
         elif exc is None and self.until_close and not self.complete:
             self.complete = True  # the body was "until the connection closes": it did
             self._end(None, reusable=False)
             return
+        elif exc is None:
+            err = ConnectionLost("the server closed the connection before the response's end")
         else:
-            why = repr(exc) if exc is not None else "the connection closed"
-            err = aiohttp.ClientPayloadError(f"Response payload is not completed: {why}")
+            err = ConnectionLost(f"the connection failed before the response's end: {_why(exc)}")
         self._end(err)
 
     # -- httptools callbacks (never raise: llhttp would wrap it) -----------------------------
@@ -151,7 +163,7 @@ class _Connection(asyncio.Protocol):
             ex.status = self.parser.get_status_code()
             if self.bad_encoding and ex.status == 200:
                 err = f"the server compressed the stream ({self.bad_encoding}) unasked"
-                self._end(aiohttp.ClientPayloadError(err))
+                self._end(ProtocolError(err))
             elif ex.headers is not None and not ex.headers.done():
                 ex.headers.set_result(None)  # the caller sets the sink before the next read
 
@@ -183,41 +195,61 @@ class _Connection(asyncio.Protocol):
     def _abort(self) -> None:
         self.exchange = None
         if self.transport is not None and not self.lost:
-            self.transport.close()
+            if self.pool.ssl is None:
+                self.transport.close()
+            else:  # TLS's close waits for the server's close_notify: past the loop's end
+                self.transport.abort()
         self.lost = True
         self.pool.forget(self)
 
 
-def _no_info() -> aiohttp.RequestInfo:
-    url = URL("http://unknown/")
-    return aiohttp.RequestInfo(url, "POST", {}, url)  # type: ignore[arg-type]
+_STALE = "the server had closed this pooled keep-alive connection before the request reached it"
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 class StreamPool:
-    """Keep-alive connections to one ``http://host:port``, as many as requests in flight."""
+    """Keep-alive connections to one ``http(s)://host:port``, as many as requests in flight.
 
-    def __init__(self, url: URL, headers: dict[str, str], connect_timeout_s: float) -> None:
-        if url.scheme != "http" or not url.host:
-            raise ValueError(f"the stream transport speaks plain http only, not {url}")
-        self.host = url.host
-        self.port = url.port or 80
+    ``ssl_context`` verifies ``https://`` servers (the client's one TLS policy); None for https
+    means Python's default context (the system's trust store; ``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` add to it).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        connect_timeout_s: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"a server URL is http(s)://host[:port], not {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            self.ssl = ssl_context or ssl.create_default_context()
         self.connect_timeout_s = connect_timeout_s
         self.loop = asyncio.get_running_loop()
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
-        target = url.raw_path_qs or "/"
-        lines = [f"POST {target} HTTP/1.1", f"Host: {url.raw_authority}", "Accept: */*"]
+        target = parts.path or "/"
+        if parts.query:
+            target += "?" + parts.query
+        authority = parts.netloc.rpartition("@")[2]  # never credentials in a header
+        lines = [f"POST {target} HTTP/1.1", f"Host: {authority}", "Accept: */*"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
-
-    def supports(self, url: URL) -> bool:
-        return url.scheme == "http"
 
     async def send(self, ex: Exchange, payload: bytes, *, fresh: bool = False) -> None:
         """Send one request; return once its response headers are in (``ex.status``).
 
-        Raises aiohttp's exceptions for what went wrong before that; ``ex.reused`` says whether
-        the connection came from the pool (``client.py`` decides on a retry from both).
+        Raises ``transport_errors`` types for what went wrong before that: ``StaleConnection``
+        only when the connection came from the pool (``ex.reused``) and closed unanswered.
         """
         conn = None if fresh else self._take_idle()
         ex.reused = conn is not None
@@ -227,7 +259,9 @@ class StreamPool:
         assert conn.transport is not None
         if conn.transport.is_closing():  # closed under us between the pool and the write
             conn._abort()
-            raise aiohttp.ClientOSError(32, "Can not write request body (connection closing)")
+            if ex.reused:
+                raise StaleConnection(_STALE)
+            raise ServerDisconnected("the server closed the connection before the request")
         ex.headers = self.loop.create_future()
         conn.exchange = ex
         conn.headers_done = conn.complete = False
@@ -292,16 +326,22 @@ class StreamPool:
         return None
 
     async def _connect(self) -> _Connection:
+        where = f"{self.host}:{self.port}"
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, proto = await self.loop.create_connection(
-                    lambda: _Connection(self), self.host, self.port
+                    lambda: _Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl is not None else None,
                 )
         except TimeoutError as e:
-            where = f"{self.host}:{self.port}"
-            raise aiohttp.ConnectionTimeoutError(f"connect to {where} timed out") from e
+            limit = f"{self.connect_timeout_s:g}s"
+            raise ConnectFailed(f"connect to {where} timed out after {limit}") from e
+        except ssl.SSLError as e:  # an OSError too: the handshake's own words are clearer
+            raise ConnectFailed(f"TLS handshake with {where} failed: {e.reason or e}") from e
         except OSError as e:
-            msg = f"Cannot connect to host {self.host}:{self.port} [{e.strerror or e}]"
-            raise aiohttp.ClientOSError(e.errno or 0, msg) from e
+            raise ConnectFailed(f"cannot connect to {where}: {e.strerror or e}") from e
         self._all.add(proto)
         return proto

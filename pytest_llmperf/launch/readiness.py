@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import psutil
 
+from pytest_llmperf.core import control_http
 from pytest_llmperf.core.server_probe import (
     CACHE_RESET_ROUTES,
     HEALTH_ROUTES,
@@ -33,14 +34,10 @@ _PROBE_TIMEOUT_S = 10.0
 
 
 def http_client(url: str, api_key: str | None) -> httpx.Client:
-    """A client for health and discovery requests (proxies bypassed for loopback)."""
-    host = httpx.URL(url).host
-    loopback = host in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
-    # Proxy variables must not capture loopback health checks.
-    return httpx.Client(
-        trust_env=not loopback,
-        headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-    )
+    """A client for health and discovery requests: the control client's settings (no proxy,
+    the API key in its header only, the streams' TLS policy); every request sets its own
+    timeout."""
+    return control_http.sync_client(api_key=api_key, read_timeout_s=_PROBE_TIMEOUT_S)
 
 
 def listens_on(proc: subprocess.Popen[bytes], port: int | None) -> bool:

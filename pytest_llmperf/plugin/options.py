@@ -59,7 +59,7 @@ def client_text(processes: int) -> str:
         if processes > 1
         else "1 process (--llmperf-client-processes N shards a level over N)"
     )
-    return f"{shards}, llhttp stream transport (aiohttp for https)"
+    return f"{shards}, llhttp stream transport (http and https)"
 
 
 def record_command(config: pytest.Config, nodeid: str) -> str:

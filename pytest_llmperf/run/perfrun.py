@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from pydantic import SecretStr
 
 from pytest_llmperf.base.errors import InputError, LLMPerfError
@@ -30,6 +29,7 @@ from pytest_llmperf.base.results import (
     Workload,
 )
 from pytest_llmperf.base.values import reveal
+from pytest_llmperf.core import control_http
 from pytest_llmperf.core.server_probe import (
     ServerAnswerError,
     ServerKind,
@@ -352,8 +352,8 @@ class PerfRun:
 
     def _probe(self, handle: ServerHandle, mode: Mode) -> ServerFacts:
         async def probe() -> ServerFacts:
-            async with httpx.AsyncClient(
-                base_url=handle.url, headers=handle.auth_headers, timeout=PROBE_TIMEOUT_S
+            async with control_http.async_client(
+                handle.url, api_key=handle.api_key, read_timeout_s=PROBE_TIMEOUT_S
             ) as http:
                 info = await get_server_info(http)
             return server_facts(info, url=handle.url, mode=mode)

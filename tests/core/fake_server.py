@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ class FakeState:
 
 
 class FakeServer:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # serve https with this context
         self.config = FakeConfig()
         self.state = FakeState()
         self.url = ""
@@ -95,10 +97,10 @@ class FakeServer:
         app.router.add_get("/health_generate", self.health)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048)
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048, ssl_context=self.tls)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
         self._ready.set()
         await self._stop.wait()
         await runner.cleanup()
@@ -309,8 +311,8 @@ class FakeServer:
 
 
 @contextlib.contextmanager
-def running_fake_server() -> Iterator[FakeServer]:
-    server = FakeServer()
+def running_fake_server(tls: ssl.SSLContext | None = None) -> Iterator[FakeServer]:
+    server = FakeServer(tls)
     server.start()
     try:
         yield server

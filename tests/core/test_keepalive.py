@@ -1,5 +1,6 @@
 """Stale keep-alive connections: a request that never reached the server is re-sent once on a
-new connection; one the server may have read is never re-sent.
+new connection; one the server may have read is never re-sent. Over http and https alike: the
+decision is the transport's error type (``StaleConnection``), not a message.
 
 Raw asyncio servers (not aiohttp's) so the tests control exactly when a connection gets a FIN
 or a reset, as llama.cpp's server does when it drops a keep-alive connection unannounced.
@@ -9,19 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-import aiohttp
 import orjson
 import pytest
 
-from pytest_llmperf.core.client import LoadGenerator, _never_reached_server
+from pytest_llmperf.core.client import LoadGenerator
 from pytest_llmperf.core.metrics import compute_level
 from pytest_llmperf.core.records import RequestRecord
+from pytest_llmperf.core.transport import Exchange
+from pytest_llmperf.core.transport_errors import (
+    ConnectionLost,
+    ServerDisconnected,
+    StaleConnection,
+    TransportError,
+)
+from tests.tls_certs import self_signed, server_context
+
+from .fake_server import FakeServer
 
 Mode = Literal["fin_on_next", "reset_on_next", "fin_after", "connection_close", "read_then_fin"]
 N_OUT = 5
@@ -52,6 +64,7 @@ class RawServer:
 
     mode: Mode
     fin_delay_s: float = 0.0
+    tls: ssl.SSLContext | None = None
     url: str = ""
     processed: int = 0  # requests read in full (the server "saw" them)
     ignored: int = 0  # request bytes that arrived on a connection the server was closing
@@ -66,6 +79,9 @@ class RawServer:
                 if served and self.mode == "fin_on_next":
                     self.ignored += 1
                     await asyncio.sleep(self.fin_delay_s)
+                    if self.tls is not None:  # close_notify and FIN; TLS read the bytes
+                        writer.close()
+                        return
                     writer.transport.write_eof()  # FIN, the request unread
                     await reader.read()  # until the client closes: no reset from unread bytes
                     return
@@ -100,21 +116,37 @@ class RawServer:
             return
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run_raw(request: pytest.FixtureRequest) -> Iterator[object]:
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return self_signed(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(
+    params=[("asyncio", "http"), ("uvloop", "http"), ("asyncio", "https"), ("uvloop", "https")],
+    ids=lambda p: "-".join(p),
+)
+def run_raw(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cert: tuple[Path, Path]
+) -> Iterator[object]:
     """Run ``n`` requests, ``concurrency`` at a time, against a ``RawServer`` (both loops the
-    sweep may run on: their socket errors reach aiohttp differently)."""
-    if request.param == "uvloop":
+    sweep may run on, whose socket and TLS errors surface differently; plain and TLS)."""
+    loop_name, scheme = request.param
+    if loop_name == "uvloop":
         uvloop = pytest.importorskip("uvloop")
         loop_factory = uvloop.new_event_loop
     else:
         loop_factory = asyncio.new_event_loop
+    tls = server_context(*cert) if scheme == "https" else None
+    if tls is not None:
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert[0]))
 
     def run(server: RawServer, n: int, concurrency: int = 1) -> list[RequestRecord]:
+        server.tls = tls
+
         async def go() -> list[RequestRecord]:
-            srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+            srv = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
             port = srv.sockets[0].getsockname()[1]
-            server.url = f"http://127.0.0.1:{port}"
+            server.url = f"{scheme}://127.0.0.1:{port}"
             records: list[RequestRecord] = []
             try:
                 async with LoadGenerator(server.url, "openai", model="m") as gen:
@@ -172,7 +204,7 @@ def test_a_new_connection_closed_after_the_server_read_is_not_resent(run_raw) ->
     server = RawServer("read_then_fin")
     records = run_raw(server, 3)
     assert all(not r.ok and r.retries == 0 for r in records)
-    assert all("ServerDisconnectedError" in (r.error or "") for r in records)
+    assert all((r.error or "").startswith("ServerDisconnected: ") for r in records)
     assert server.processed == 3 == server.connections
 
 
@@ -193,10 +225,41 @@ def test_connection_close_is_honoured(run_raw) -> None:
     assert server.connections == 4 == server.processed  # never reused, so never stale
 
 
-def test_which_failures_prove_the_server_never_read_the_request() -> None:
-    assert _never_reached_server(aiohttp.ServerDisconnectedError())
-    assert _never_reached_server(
-        aiohttp.ClientOSError(32, "Can not write request body for http://x/v1/completions")
-    )
-    assert not _never_reached_server(aiohttp.ClientOSError(104, "Connection reset by peer"))
-    assert not _never_reached_server(aiohttp.ClientPayloadError("cut"))
+@pytest.mark.parametrize(
+    ("first", "resent"),
+    [
+        (StaleConnection("any words at all"), True),
+        (ConnectionLost("Can not write request body; ServerDisconnectedError"), False),
+        (ServerDisconnected("the server closed the connection before answering"), False),
+    ],
+)
+def test_the_retry_decision_is_the_error_type(
+    fake_server: FakeServer, first: TransportError, resent: bool
+) -> None:
+    """Only ``StaleConnection`` is re-sent, whatever any message says."""
+
+    async def go() -> RequestRecord:
+        async with LoadGenerator(fake_server.url, "sglang") as gen:
+            assert gen._pool is not None
+            send = gen._pool.send
+            tries: list[bool] = []
+
+            async def failing_once(ex: Exchange, payload: bytes, *, fresh: bool = False) -> None:
+                tries.append(fresh)
+                if len(tries) == 1:
+                    raise first
+                await send(ex, payload, fresh=fresh)
+
+            gen._pool.send = failing_once  # type: ignore[method-assign]
+            rec = await gen.request(0, [1001, 1002], N_OUT)
+            assert tries == ([False, True] if resent else [False])
+            return rec
+
+    rec = asyncio.run(go())
+    if resent:
+        assert rec.ok and rec.retries == 1 and rec.output_tokens == N_OUT
+        assert fake_server.state.requests == 1
+    else:
+        assert not rec.ok and rec.retries == 0
+        assert rec.error == f"{type(first).__name__}: {first}"
+        assert fake_server.state.requests == 0

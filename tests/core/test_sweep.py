@@ -46,7 +46,7 @@ def test_sweep_levels_probes_and_notes(fake_server: FakeServer) -> None:
     assert not c1.queueing and c8.queueing
     assert "C=8 > max running requests 4: queueing" in c8.notes
     assert c1.accept_length == 2.25
-    assert c8.client is not None and c8.client.transport.startswith("httpx+aiohttp")
+    assert c8.client is not None and c8.client.transport.startswith("llhttp-stream/")
     done = [p for p in seen if p.phase == "level-done"]
     assert [(p.concurrency, p.done, p.total) for p in done] == [(1, 4, 4), (8, 16, 16)]
 

@@ -176,7 +176,7 @@ MID_SWEEP_FAULTS = {
         [
             "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
             "measurement: 1 of 2 requests failed (allowed 0); first error: stream cut after * "
-            "tokens: *Error: Response payload is not completed*"
+            "tokens: ConnectionLost: the server closed the connection before the response's end*"
         ],
     ),
     "stream-error": (
