@@ -130,7 +130,7 @@ class Decision:
             return (
                 f"inconclusive: the noise margin {100 * self.margin:.1f} % exceeds the tolerance "
                 f"{100 * self.tolerance:.3g} %{mde}; measure more independent launches "
-                "(--llmperf-repeat with --llmperf-relaunch) or widen the tolerance"
+                "(repeat in [sweep] with --llmperf-relaunch) or widen the tolerance"
             )
         if self.repeats_needed is not None:
             return (
