@@ -166,10 +166,3 @@ def test_removed_env_var_through_pytest_is_a_clear_usage_error(
         "environment variable LLMPERF_TOLERANCE is no longer read: set tolerance in [sweep] of "
         "llmperf.toml (or @pytest.mark.llmperf(tolerance=...) for one test)"
     ) in result.stderr.str()
-
-
-def test_removed_flags_are_hidden_from_pytest_help(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--help")
-    assert result.ret == 0
-    shown = {s.cli_flag for s in SETTINGS if s.cli_flag in result.stdout.str()}
-    assert shown == {s.cli_flag for s in SETTINGS if s.cli}
