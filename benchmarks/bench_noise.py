@@ -26,7 +26,7 @@ With ``--llama BINARY`` the two servers are real llama-servers launched from the
 ``cap`` ("new" gets ``-np 4``: four slots, like SGLang capping ``max_running_requests``, so it
 can only lose at C=16; printed: runs where exactly ``test_ab[new-vs-old-C16]`` failed).
 
-    python benchmarks/bench_noise.py --runs 20 --extra "--llmperf-adjust launch"
+    python benchmarks/bench_noise.py --runs 20  # adjust = "launch" in perf_tests' [sweep]
     python benchmarks/bench_noise.py --mode ab --runs 20 --rounds 6
     python benchmarks/bench_noise.py --mode ab --cases unchanged,cap --runs 5 --rounds 4 \
         --llama ~/.cache/llmperf-peers/llama.cpp/build/bin/llama-server

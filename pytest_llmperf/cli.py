@@ -20,30 +20,52 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from pytest_llmperf.base.results import Mode, SweepResult, Workload
-from pytest_llmperf.base.values import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    argparse_type,
-    parse_idle_timeout,
-    parse_levels,
-    parse_positive_float,
-    parse_positive_int,
-)
+from pytest_llmperf.base.values import argparse_type, parse_positive_float, parse_positive_int
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
 from pytest_llmperf.report.tables import level_table
+from pytest_llmperf.run.settings import SETTINGS, WORKLOAD_FIELDS
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the sweep ran but requests failed, or the server could not be reached
 EXIT_USAGE = 2  # bad flags (argparse's own convention)
-DEFAULT_LEVELS = "1,4,16,32,64,128"
 _MODEL_FLAGS = ("--model-path", "--model")
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 # --- arguments ---------------------------------------------------------------------------------
-_levels = argparse_type(lambda text: list(parse_levels(text)))
 _positive_int = argparse_type(parse_positive_int)
 _positive_float = argparse_type(parse_positive_float)
+
+
+# The settings that `llmperf sweep` takes, from their declarations (run/settings.py): the same
+# parser, bounds, default and help as the pytest plugin's; -c is the seed scripts' short flag.
+_WORKLOAD_GROUP = frozenset(
+    {"workload", "prefix_len", "prefix_groups", "range_ratio", "range_convention", "dataset"}
+    | {"dataset_output_len", "turns", "think_time"}
+)
+
+
+def _add_setting_flags(p: argparse.ArgumentParser) -> None:
+    w = p.add_argument_group("workload (docs/workloads.md)")
+    for s in SETTINGS:
+        if s.sweep_flag is None:
+            continue
+        target = w if s.name in _WORKLOAD_GROUP else p
+        flags = ["-c", s.sweep_flag] if s.name == "levels" else [s.sweep_flag]
+        help_text = s.help.replace("%", "%%") + (
+            f" (default {_default_text(s.default)})" if s.default not in (None, False) else ""
+        )
+        if s.flag:
+            target.add_argument(*flags, dest=s.name, action="store_true", help=help_text)
+        else:
+            target.add_argument(
+                *flags, dest=s.name, type=argparse_type(s.parse), default=s.default, help=help_text
+            )
+
+
+def _default_text(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,79 +84,12 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="launch SGLang (or the simulator when SGLang is not installed) with these "
         "launch_server flags; must be the last option",
     )
-    p.add_argument(
-        "-c",
-        "--concurrency",
-        type=_levels,
-        default=_levels(DEFAULT_LEVELS),
-        help=f"comma-separated levels (default {DEFAULT_LEVELS})",
-    )
-    p.add_argument("--input-len", type=_positive_int, default=1000)
-    p.add_argument("--output-len", type=_positive_int, default=1000)
-    p.add_argument("--backend", choices=["sglang", "openai", "openai-chat"], default="sglang")
-    p.add_argument(
-        "--requests",
-        type=_positive_int,
-        default=None,
-        help="requests per level (default: 4 at C=1, else 2*C)",
-    )
-    p.add_argument(
-        "--request-rate",
-        type=_positive_float,
-        default=None,
-        help="open-loop Poisson arrivals in req/s (at most C in flight)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    w = p.add_argument_group("workload (docs/workloads.md)")
-    w.add_argument(
-        "--workload", choices=["random", "shared-prefix", "multi-turn"], default="random"
-    )
-    w.add_argument("--prefix-len", type=_positive_int, help="shared-prefix: prefix tokens")
-    w.add_argument("--prefix-groups", type=_positive_int, help="shared-prefix: prefixes")
-    w.add_argument("--range-ratio", type=float, help="length mix ratio r in [0, 1]")
-    w.add_argument("--range-convention", choices=["sglang", "vllm"], default="sglang")
-    w.add_argument("--dataset", help="a ShareGPT .json/.jsonl file")
-    w.add_argument("--dataset-output-len", type=_positive_int)
-    w.add_argument("--turns", type=_positive_int, help="multi-turn: turns per conversation")
-    w.add_argument("--think-time", type=float, default=0.0, help="multi-turn: most seconds")
-    p.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=600.0,
-        help="total deadline per request, seconds (default 600)",
-    )
-    p.add_argument(
-        "--idle-timeout",
-        type=argparse_type(parse_idle_timeout),
-        default=DEFAULT_IDLE_TIMEOUT_S,
-        metavar="SECONDS",
-        help="a request with no stream event for this long fails as stalled (default "
-        f"{DEFAULT_IDLE_TIMEOUT_S:g}; the shorter of it and --timeout applies)",
-    )
+    _add_setting_flags(p)
     p.add_argument(
         "--api-key-env", metavar="VAR", help="name of the environment variable holding the API key"
     )
     p.add_argument("--json", type=Path, metavar="FILE", help="write the SweepResult as JSON")
     p.add_argument("--config-name", default="cli", help="name recorded in the JSON result")
-    p.add_argument("--details", action="store_true", help="keep per-request arrays in the JSON")
-    p.add_argument(
-        "--scrape-metrics",
-        action="store_true",
-        help="sample the server's /metrics during each level",
-    )
-    p.add_argument(
-        "--client-processes",
-        type=int,
-        default=1,
-        metavar="N",
-        help="shard each closed-loop level over N client processes (when a level's note says "
-        "the client is saturated and needs N)",
-    )
-    p.add_argument(
-        "--simulate",
-        action="store_true",
-        help="with --launch: always launch the simulator, even if SGLang is installed",
-    )
     p.add_argument(
         "--log-dir",
         type=Path,
@@ -359,23 +314,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     try:
         workload = Workload(
-            backend=args.backend,
-            input_len=args.input_len,
-            output_len=args.output_len,
-            seed=args.seed,
-            requests_per_level=args.requests,
-            request_timeout_s=args.timeout,
-            idle_timeout_s=args.idle_timeout,
-            request_rate=args.request_rate,
-            kind=args.workload,
-            prefix_len=args.prefix_len,
-            prefix_groups=args.prefix_groups,
-            range_ratio=args.range_ratio,
-            range_convention=args.range_convention,
-            dataset=args.dataset,
-            dataset_output_len=args.dataset_output_len,
-            turns=args.turns,
-            think_time_s=args.think_time,
+            **{
+                field: getattr(args, name)
+                for name, field in WORKLOAD_FIELDS.items()
+                if hasattr(args, name)
+            }
         )
     except ValidationError as e:
         why = "; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())
@@ -388,7 +331,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         with _server(args, api_key) as (url, mode):
             result = run_sweep(
                 url,
-                args.concurrency,
+                list(args.levels),
                 workload,
                 api_key=api_key,
                 config_name=args.config_name,
@@ -396,7 +339,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 details=args.details,
                 scrape_metrics=args.scrape_metrics,
                 server_mode=mode,
-                client_processes=max(1, args.client_processes),
+                client_processes=args.client_processes,
             )
     except (SweepError, LaunchError, ServerError) as e:
         # One line for a server that is down or refuses the key, not the client's traceback.

@@ -7,14 +7,25 @@ unknown fields and the top-level one carries a schema version.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from pytest_llmperf.base.values import (
     DEFAULT_IDLE_TIMEOUT_S,
-    MAX_IDLE_TIMEOUT_S,
-    MIN_IDLE_TIMEOUT_S,
+    optional,
+    parse_bool,
+    parse_choice,
+    parse_idle_timeout,
+    parse_int,
+    parse_positive_float,
+    parse_positive_int,
+    parse_request_count,
+    parse_str,
+    parse_think_time,
+    parse_token_count,
+    parse_turns,
+    parse_unit_float,
 )
 from pytest_llmperf.base.version import __version__
 
@@ -26,6 +37,10 @@ WorkloadKind = Literal["random", "shared-prefix", "multi-turn"]
 # How ``range_ratio`` spreads lengths around L: SGLang's bench_serving draws from [r*L, L],
 # vLLM's benchmarks from [(1-r)*L, (1+r)*L] (core/lengths.py cites both).
 RangeConvention = Literal["sglang", "vllm"]
+# The parsers of these choices: the settings of the same name use these very functions.
+parse_backend = parse_choice(*get_args(Backend))
+parse_workload_kind = parse_choice(*get_args(WorkloadKind))
+parse_range_convention = parse_choice(*get_args(RangeConvention))
 # How a server came to be measured: the one word the header, results and baselines use.
 Mode = Literal["launched", "attached", "simulated"]
 
@@ -39,42 +54,42 @@ class Workload(_Model):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Backend = "sglang"
-    input_len: PositiveInt = 1000
-    output_len: PositiveInt = 1000
-    seed: int = 0
+    # Each field runs the parser of its setting (run/settings.py), so a value the command line,
+    # the suite file or `llmperf sweep` rejects is rejected here too, with the same bounds.
+    backend: Annotated[Backend, BeforeValidator(parse_backend)] = "sglang"
+    input_len: Annotated[int, BeforeValidator(parse_token_count)] = 1000
+    output_len: Annotated[int, BeforeValidator(parse_token_count)] = 1000
+    seed: Annotated[int, BeforeValidator(parse_int)] = 0
     temperature: float = Field(default=0.0, ge=0.0)
     # None means the seed scripts' default: 4 requests at C=1, 2*C above.
-    requests_per_level: PositiveInt | None = None
-    request_timeout_s: float = Field(default=600.0, gt=0)
+    requests_per_level: Annotated[int | None, BeforeValidator(optional(parse_request_count))] = None
+    request_timeout_s: Annotated[float, BeforeValidator(parse_positive_float)] = 600.0
     # A request with no new stream event (nor response headers) for this long has stalled and
     # fails then, not at its deadline; the shorter of the two applies.
-    idle_timeout_s: float = Field(
-        default=DEFAULT_IDLE_TIMEOUT_S, ge=MIN_IDLE_TIMEOUT_S, le=MAX_IDLE_TIMEOUT_S
-    )
+    idle_timeout_s: Annotated[float, BeforeValidator(parse_idle_timeout)] = DEFAULT_IDLE_TIMEOUT_S
     # Open-loop Poisson arrivals in req/s instead of closed-loop concurrency (None = closed loop).
-    request_rate: float | None = Field(default=None, gt=0)
+    request_rate: Annotated[float | None, BeforeValidator(optional(parse_positive_float))] = None
     # OpenAI backends: send the non-standard fields (ignore_eos, continuous_usage_stats).
-    openai_extensions: bool = True
-    kind: WorkloadKind = "random"
+    openai_extensions: Annotated[bool, BeforeValidator(parse_bool)] = True
+    kind: Annotated[WorkloadKind, BeforeValidator(parse_workload_kind)] = "random"
     # shared-prefix: every prompt is one of ``prefix_groups`` common prefixes of ``prefix_len``
     # tokens, then a unique suffix up to ``input_len``.
-    prefix_len: PositiveInt | None = None
-    prefix_groups: PositiveInt | None = None
+    prefix_len: Annotated[int | None, BeforeValidator(optional(parse_token_count))] = None
+    prefix_groups: Annotated[int | None, BeforeValidator(optional(parse_positive_int))] = None
     # Length mixes: per-request input/output lengths drawn uniformly around input_len and
     # output_len (None: every request has exactly those lengths).
-    range_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
-    range_convention: RangeConvention = "sglang"
+    range_ratio: Annotated[float | None, BeforeValidator(optional(parse_unit_float))] = None
+    range_convention: Annotated[RangeConvention, BeforeValidator(parse_range_convention)] = "sglang"
     # A ShareGPT .json/.jsonl file (base/sharegpt.py) instead of generated prompts; output
     # lengths from the replies (core/dataset.py) or dataset_output_len for all.
-    dataset: str | None = None
-    dataset_output_len: PositiveInt | None = None
+    dataset: Annotated[str | None, BeforeValidator(optional(parse_str))] = None
+    dataset_output_len: Annotated[int | None, BeforeValidator(optional(parse_token_count))] = None
     # The file's SHA-256, taken when the workload is made (a results file keeps it, so its key
     # is known where the dataset file is not).
     dataset_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     # multi-turn: turns per conversation and the most think time between two turns (seconds).
-    turns: int | None = Field(default=None, ge=2, le=64)
-    think_time_s: float = Field(default=0.0, ge=0.0, le=60.0)
+    turns: Annotated[int | None, BeforeValidator(optional(parse_turns))] = None
+    think_time_s: Annotated[float, BeforeValidator(parse_think_time)] = 0.0
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,7 @@ the caller prefixes with where the value came from.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
@@ -57,6 +58,26 @@ parse_request_count = _at_most(MAX_REQUESTS, "requests per level")
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 MIN_IDLE_TIMEOUT_S = 0.1
 MAX_IDLE_TIMEOUT_S = 86_400.0
+# Multi-turn conversations: each turn re-sends the whole history, so the prompt grows with
+# every turn; past 64 turns a typo would build prompts of millions of tokens.
+MIN_TURNS, MAX_TURNS = 2, 64
+MAX_THINK_TIME_S = 60.0  # the most a conversation pauses between turns
+
+# The client-validity limits' defaults (verdicts/validity.py, core/monitor.py, the settings):
+# above them the load generator, not the server, set the pace.
+LOOP_LAG_P99_LIMIT_MS = 10.0  # event-loop lag p99: token timestamps are off by about as much
+CPU_PERCENT_LIMIT = 90.0  # of one core: a single-threaded event loop has no headroom left
+COALESCED_ITL_SHARE_LIMIT = 0.5  # share of ITL gaps read in one network read
+
+
+def parse_turns(text: Any) -> int:
+    """Turns per multi-turn conversation: a whole number from 2 to 64."""
+    value = parse_positive_int(text)
+    if not MIN_TURNS <= value <= MAX_TURNS:
+        raise ValueError(
+            f"turns per conversation must be from {MIN_TURNS} to {MAX_TURNS}, got {value}"
+        )
+    return value
 
 
 def parse_nonneg_int(text: Any) -> int:
@@ -106,6 +127,14 @@ def parse_nonneg_float(text: Any) -> float:
     value = parse_float(text)
     if value < 0:
         raise ValueError(f"must be 0 or more, got {value:g}")
+    return value
+
+
+def parse_think_time(text: Any) -> float:
+    """Seconds a conversation may pause between turns: 0 to 60."""
+    value = parse_nonneg_float(text)
+    if value > MAX_THINK_TIME_S:
+        raise ValueError(f"must be at most {MAX_THINK_TIME_S:g} seconds, got {value:g}")
     return value
 
 
@@ -263,10 +292,28 @@ def check_metric(name: str) -> str:
     return name
 
 
+def optional(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``parse`` for a field that may also be None (unset); ``__wrapped__`` is ``parse``, so a
+    test can check that a model field and a setting use the same parser."""
+
+    @functools.wraps(parse)
+    def check(value: Any) -> Any:
+        return None if value is None else parse(value)
+
+    return check
+
+
+def parser_of(model: type[Any], name: str) -> Callable[[Any], Any] | None:
+    """The parser a pydantic model's field runs first (its ``BeforeValidator``), unwrapped."""
+    for meta in model.model_fields[name].metadata:
+        if isinstance(meta, BeforeValidator):
+            func: Callable[[Any], Any] = meta.func  # type: ignore[assignment]
+            return getattr(func, "__wrapped__", func)
+    return None
+
+
 # Field types for the file formats (pydantic), so each file checks a value the same way.
 MetricName = Annotated[str, AfterValidator(check_metric)]
-TokenCountField = Annotated[int, BeforeValidator(parse_token_count)]
-RequestCountField = Annotated[int, BeforeValidator(parse_request_count)]
 LevelsField = Annotated[
     tuple[int, ...] | None, BeforeValidator(lambda v: None if v is None else parse_levels(v))
 ]

@@ -343,8 +343,8 @@ def extension_hint(status: int, body: str) -> str:
     if not named:
         return ""
     return (
-        f"the server rejects the non-standard field(s) {', '.join(named)}: run with "
-        "--llmperf-openai-extensions=off (env LLMPERF_OPENAI_EXTENSIONS=off); "
+        f"the server rejects the non-standard field(s) {', '.join(named)}: set "
+        "openai_extensions = false in [sweep] of llmperf.toml (or the marker); "
     )
 
 

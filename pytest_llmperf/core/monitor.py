@@ -17,10 +17,9 @@ import numpy as np
 import psutil
 
 from pytest_llmperf.base.results import ClientHealth
+from pytest_llmperf.base.values import CPU_PERCENT_LIMIT, LOOP_LAG_P99_LIMIT_MS
 
 LAG_PROBE_INTERVAL_S = 0.010  # the lag task sleeps this long and records the overshoot
-LOOP_LAG_P99_LIMIT_MS = 10.0  # above this, token timestamps are off by about as much
-CPU_PERCENT_LIMIT = 90.0  # of one core: a single-threaded event loop has no headroom left
 MIN_LAG_SAMPLES = 10  # fewer samples than this (a very short level) cannot judge p99
 SHARD_CPU_PERCENT = 50.0  # a process sized to this share keeps its loop lag low
 # Below this client CPU, event-loop lag means the client waited for a CPU, not that it was busy:

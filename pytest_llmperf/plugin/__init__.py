@@ -8,6 +8,7 @@ the plugin installed costs other suites nothing.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             # argparse %-formats help strings; a bare % ("5%") would crash every `pytest --help`
             help_text = s.help.replace("%", "%%")
             group.addoption(s.cli_flag, action=action, default=None, dest=s.dest, help=help_text)
+        else:  # hidden: given anyway, it is an error that says where the setting goes now
+            group.addoption(s.cli_flag, default=None, dest=s.dest, help=argparse.SUPPRESS)
         if s.ini:
             parser.addini(s.ini_key, help=s.help, type="string", default=None)
 

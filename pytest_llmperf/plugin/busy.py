@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_llmperf.base.values import LOOP_LAG_P99_LIMIT_MS
 from pytest_llmperf.run.busy import summary_line
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ BISECT_CANNOT_MEASURE = 125  # ``git bisect run``: skip this commit
 def busy_line(llm: LLMPerfSession) -> list[str]:
     """The one summary line (none when every point was measured)."""
     fail = llm.settings["invalid"] == "fail" or bool(llm.settings["bisect"])
-    line = summary_line(llm.busy, float(llm.settings["loop_lag_limit"]), fail)
+    limits = [llm.effective(s, {}, "loop_lag_limit", "[sweep]") for s in llm.suites.values()]
+    line = summary_line(llm.busy, float(max(limits, default=LOOP_LAG_P99_LIMIT_MS)), fail)
     return [f"TOO BUSY: {line}"] if line else []
 
 

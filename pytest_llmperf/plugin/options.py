@@ -5,31 +5,72 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from pytest_llmperf.run.settings import SETTINGS, resolve
+from pytest_llmperf.run.settings import (
+    SETTINGS,
+    Resolved,
+    check_not_given_elsewhere,
+    resolve_from,
+)
 
 
-def resolve_settings(config: pytest.Config) -> dict[str, Any]:
-    """Every setting from CLI > env > ini > default; ``_explicit`` names those given."""
-    ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
-    out: dict[str, Any] = {}
-    explicit: set[str] = set()
-    session: set[str] = set()  # given for this session only (flag or env), not the project's
-    for s in SETTINGS:
-        cli = config.getoption(s.dest, default=None) if s.cli else None
-        ini = config.getini(s.ini_key) if s.ini else None
-        out[s.name] = resolve(s.name, cli=cli, ini=ini, ini_source=ini_source)
-        if cli not in (None, False) or os.environ.get(s.env_var):
-            session.add(s.name)
-        if s.name in session or ini not in (None, "", []):
-            explicit.add(s.name)
+@dataclass(frozen=True)
+class SettingSources:
+    """What this session was given on the command line, in the environment and the ini file,
+    raw; ``resolve`` adds a test's marker and its suite's ``[sweep]`` and parses."""
+
+    cli: dict[str, Any]
+    environ: dict[str, str]
+    ini: dict[str, Any]
+    ini_source: str
+
+    @classmethod
+    def empty(cls) -> SettingSources:
+        """Nothing given: every setting at its suite value or default."""
+        return cls(cli={}, environ={}, ini={}, ini_source="ini file")
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> SettingSources:
+        ini_source = f"ini file {config.inipath}" if config.inipath else "ini file"
+        cli = {s.name: config.getoption(s.dest, default=None) for s in SETTINGS}
+        # An ini key of a suite setting is not registered: pytest itself warns about it as an
+        # unknown option (an error under --strict-config).
+        ini = {s.name: config.getini(s.ini_key) for s in SETTINGS if s.ini}
+        return cls(cli=cli, environ=dict(os.environ), ini=ini, ini_source=ini_source)
+
+    def resolve(
+        self,
+        name: str,
+        marker: Mapping[str, Any] | None = None,
+        marker_source: str = "marker @pytest.mark.llmperf",
+        suite: Mapping[str, Any] | None = None,
+        suite_source: str = "llmperf.toml",
+    ) -> Resolved:
+        return resolve_from(
+            name,
+            marker=marker,
+            marker_source=marker_source,
+            cli=self.cli.get(name),
+            environ=self.environ,
+            ini=self.ini.get(name),
+            ini_source=self.ini_source,
+            suite=suite,
+            suite_source=suite_source,
+        )
+
+
+def resolve_settings(sources: SettingSources) -> dict[str, Any]:
+    """The session's settings from CLI > env > ini > default (a suite setting not given on
+    the command line is an error naming where it goes now)."""
+    check_not_given_elsewhere(sources.cli, sources.environ)
+    out = {s.name: sources.resolve(s.name).value for s in SETTINGS if s.cli or s.env or s.ini}
     if out.get("rerecord"):
         out["update"] = True  # re-recording is an update that also rewrites passing entries
-    out["_explicit"] = frozenset(explicit)
-    out["_session_given"] = frozenset(session)
     return out
 
 

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pydantic import ValidationError
 
-from pytest_llmperf.plugin.options import client_text, progress_printer, resolve_settings
+from pytest_llmperf.plugin.options import (
+    SettingSources,
+    client_text,
+    progress_printer,
+    resolve_settings,
+)
 from pytest_llmperf.plugin.params import (
     AB_FIXTURE,
     CROSSOVER_FIXTURE,
@@ -36,10 +41,10 @@ from pytest_llmperf.plugin.params import (
 )
 from pytest_llmperf.run.settings import (
     MARKER_KEYS,
-    SETTINGS_BY_NAME,
+    WORKLOAD_FIELDS,
+    Resolved,
     SettingError,
     check_marker_keys,
-    resolve,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +78,7 @@ class LLMPerfSession:
     settings: dict[str, Any]
     rootdir: Path
     xdist_worker: bool = False
+    sources: SettingSources = field(default_factory=SettingSources.empty)
     suites: dict[Path, Suite] = field(default_factory=dict)
     run: PerfRun | None = None
     _store: BaselineStore | None = None
@@ -96,14 +102,16 @@ class LLMPerfSession:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> LLMPerfSession:
+        sources = SettingSources.from_config(config)
         try:
-            settings = resolve_settings(config)
+            settings = resolve_settings(sources)
         except SettingError as exc:
             raise usage_error(str(exc)) from None
         return cls(
             settings=settings,
             rootdir=Path(config.rootpath),
             xdist_worker=getattr(config, "workerinput", None) is not None,
+            sources=sources,
         )
 
     # -- the suite file and per-test settings ---------------------------------------------
@@ -133,16 +141,20 @@ class LLMPerfSession:
                 raise usage_error(str(exc)) from None
         return self.suites[path]
 
+    def resolved(self, suite: Suite, marker: dict[str, Any], name: str, where: str) -> Resolved:
+        """A setting for one test and where it came from: marker > CLI > env > ini > the
+        suite's [sweep] > default."""
+        return self.sources.resolve(
+            name,
+            marker=marker,
+            marker_source=f"{where}: @pytest.mark.llmperf",
+            suite=suite.sweep.as_settings(),
+            suite_source=str(suite.path or "llmperf.toml"),
+        )
+
     def effective(self, suite: Suite, marker: dict[str, Any], name: str, where: str) -> Any:
-        """A setting for one test: marker > CLI > env > ini > the suite's [sweep] > default."""
-        if name in marker:
-            return resolve(name, marker=marker, marker_source=f"{where}: @pytest.mark.llmperf")
-        value = self.settings[name]
-        suite_values = suite.sweep.as_settings()
-        explicit = name in self.settings["_explicit"]
-        if value == SETTINGS_BY_NAME[name].default and name in suite_values and not explicit:
-            return suite_values[name]
-        return value
+        """A setting's value for one test (``resolved`` without the source)."""
+        return self.resolved(suite, marker, name, where).value
 
     def validity_policy(self, suite: Suite, marker: dict[str, Any], where: str) -> ValidityPolicy:
         """Validity thresholds (failed requests, length slack, cache hits, client limits)."""
@@ -157,52 +169,27 @@ class LLMPerfSession:
         nobody chose, the backend the server takes (only SGLang serves ``/generate``)."""
         from pytest_llmperf.base.results import Workload
 
-        def get(name: str) -> Any:
-            return self.effective(suite, marker, name, where)
-
-        backend = get("backend")
-        chosen = (
-            "backend" in marker
-            or "backend" in self.settings["_explicit"]
-            or "backend" in suite.sweep.as_settings()
-        )
-        if config is not None and not chosen:
+        given = {name: self.resolved(suite, marker, name, where) for name in WORKLOAD_FIELDS}
+        fields = {WORKLOAD_FIELDS[name]: r.value for name, r in given.items()}
+        fields["dataset"] = self._dataset_path(suite, given["dataset"])
+        if config is not None and not given["backend"].given:
             run = self.perf_run(suite)
             if run.url_for(config):  # attached: ask the server which API it speaks
-                backend = run.suggested_backend(config) or backend
-        fields = {
-            "backend": backend,
-            "input_len": get("input_len"),
-            "output_len": get("output_len"),
-            "seed": get("seed"),
-            "requests_per_level": get("requests"),
-            "request_timeout_s": get("request_timeout"),
-            "idle_timeout_s": get("idle_timeout"),
-            "request_rate": get("request_rate"),
-            "openai_extensions": get("openai_extensions"),
-            "kind": get("workload"),
-            "prefix_len": get("prefix_len"),
-            "prefix_groups": get("prefix_groups"),
-            "range_ratio": get("range_ratio"),
-            "range_convention": get("range_convention"),
-            "dataset": self._dataset_path(suite, marker, get("dataset")),
-            "dataset_output_len": get("dataset_output_len"),
-            "turns": get("turns"),
-            "think_time_s": get("think_time"),
-        }
+                fields["backend"] = run.suggested_backend(config) or fields["backend"]
         try:
             return Workload(**fields)
         except ValidationError as exc:  # a combination no single setting could reject
             problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
             raise usage_error(f"{where}: the workload settings do not fit: {problems}") from None
 
-    def _dataset_path(self, suite: Suite, marker: dict[str, Any], value: str | None) -> str | None:
+    @staticmethod
+    def _dataset_path(suite: Suite, dataset: Resolved) -> str | None:
         """A relative ``dataset`` written in llmperf.toml is relative to that file (like the
-        rest of the suite); given on the command line, env, ini or a marker, to the cwd."""
+        rest of the suite); given in a marker, to the cwd."""
+        value: str | None = dataset.value
         if value is None or Path(value).is_absolute() or suite.path is None:
             return value
-        from_suite = "dataset" not in marker and "dataset" not in self.settings["_explicit"]
-        return str(suite.path.parent / value) if from_suite else value
+        return str(suite.path.parent / value) if dataset.source == "suite" else value
 
     # -- parametrization --------------------------------------------------------------------
     def generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -361,7 +348,9 @@ class LLMPerfSession:
             # define: only its own points can be unused. Otherwise, with every test of a
             # config selected, an entry of one of their workloads that no test measured is a
             # level the suite no longer has.
-            narrowed = bool(self.settings.get("_session_given", frozenset()) & _NARROWING)
+            narrowed = any(
+                self.sources.resolve(name).source in ("cli", "env") for name in _NARROWING
+            )
             for (suite_path, cfg), n in selected.items():
                 if not narrowed and n == self.generated.get((suite_path, cfg), -1):
                     for wl_key in sorted(workloads.get(cfg, ())):

@@ -99,10 +99,10 @@ def describe_gate(suite: Suite | None, where: str) -> str:
 def gate_settings(suite: Suite | None) -> tuple[list[str], dict[str, float], int]:
     """The gated metrics, their tolerances and the repeats the suite is configured with."""
     sweep = suite.sweep if suite is not None else None
-    metrics = list(sweep.metrics if sweep and sweep.metrics else DEFAULT_METRICS)
-    test = sweep.tolerance if sweep else None
+    metrics = list(sweep.get("metrics") if sweep and sweep.get("metrics") else DEFAULT_METRICS)
+    test = sweep.get("tolerance") if sweep else None
     tolerances = {m: resolve_tolerance(m, test=test) for m in metrics}
-    repeats = sweep.repeat if sweep and sweep.repeat else 1
+    repeats = sweep.get("repeat") if sweep and sweep.get("repeat") else 1
     return metrics, tolerances, repeats
 
 

@@ -20,12 +20,12 @@ def compare_settings(path: Path) -> CompareSettings:
     """The suite's ``[sweep]`` tolerance, metrics and adjust, ``[[gate]]``s, ``[[crossover]]``s."""
     suite = load_suite(path)
     return CompareSettings(
-        tolerances=dict(suite.sweep.tolerance) if suite.sweep.tolerance else None,
-        metrics=suite.sweep.metrics,
+        tolerances=dict(suite.sweep.get("tolerance") or {}) or None,
+        metrics=suite.sweep.get("metrics"),
         gates=list(suite.gates),
         crossovers=[
             CrossoverRule(config=c.config, reference=c.reference, metric=c.metric, name=c.name)
             for c in suite.crossovers
         ],
-        adjust=suite.sweep.adjust or "none",
+        adjust=suite.sweep.get("adjust") or "none",
     )

@@ -441,8 +441,8 @@ class PerfRun:
                 raise PointError(
                     f"config {config!r}: the server at {handle.url} is {kind.describe()}; it has"
                     " no /generate, so the sglang backend cannot measure it: set the backend to"
-                    f" {kind.backend!r} (--llmperf-backend {kind.backend}, or backend= in the"
-                    " suite's [sweep] or the marker)"
+                    f" {kind.backend!r} (backend = {kind.backend!r} in [sweep] of llmperf.toml,"
+                    " or backend= in the marker)"
                 )
             t0 = time.monotonic()
             # Each measurement of a server takes fresh prompt ordinals (no request can hit a

@@ -1,27 +1,39 @@
-"""Every setting of the plugin, resolved marker > CLI > env > ini > default in one place.
+"""Every setting of the plugin, declared once: its parser, default, help and where it may be
+given; resolved marker > CLI > env > ini > the suite's ``[sweep]`` > default by one function.
 
 Modelled on pytest-timeout: each value is parsed and validated where it comes from, and a bad
-value is an error that names its source (the flag, the environment variable, the ini key or
-the marker), so a user never has to guess which of five places holds the typo.
+value is an error that names its source (the flag, the environment variable, the ini key, the
+suite file or the marker), so a user never has to guess which place holds the typo. What is
+derived from these declarations: the pytest options (``plugin/__init__.py``), the suite file's
+``[sweep]`` model (``run/suite.py``), the marker's keys, ``llmperf sweep``'s flags (``cli.py``)
+and the table of docs/settings.md (``run/settings_doc.py``). The bounds of a value are its
+parser's (``base/values.py``), which the ``Workload`` fields run as well.
+
+The command line, environment and ini file carry how a run is made (which server, which
+baselines, record or judge, where output goes, which levels and lengths for a quick run);
+what a test measures and when a measurement counts (workload shape, verdict and validity
+limits) is the suite's, written in ``[sweep]`` or a marker.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pytest_llmperf.base.errors import InputError
+from pytest_llmperf.base.results import parse_backend, parse_range_convention, parse_workload_kind
 from pytest_llmperf.base.values import (
+    COALESCED_ITL_SHARE_LIMIT,
+    CPU_PERCENT_LIMIT,
     DEFAULT_IDLE_TIMEOUT_S,
+    LOOP_LAG_P99_LIMIT_MS,
     parse_bool,
     parse_choice,
     parse_idle_timeout,
     parse_int,
     parse_levels,
     parse_metrics,
-    parse_nonneg_float,
     parse_nonneg_int,
     parse_positive_float,
     parse_positive_int,
@@ -29,45 +41,29 @@ from pytest_llmperf.base.values import (
     parse_secret,
     parse_slack,
     parse_str,
+    parse_think_time,
     parse_token_count,
     parse_tolerances,
+    parse_turns,
     parse_unit_float,
 )
+from pytest_llmperf.run.setting import SUITE, SUITE_TABLE, TEST, Setting, SettingError
 
-
-class SettingError(InputError):
-    """A setting has a bad value; the message names where it came from."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting and where it may come from."""
-
-    name: str
-    parse: Callable[[Any], Any]
-    default: Any
-    help: str
-    cli: bool = True
-    env: bool = True
-    ini: bool = True
-    marker: bool = False
-    flag: bool = False  # a CLI switch without a value
-
-    @property
-    def cli_flag(self) -> str:
-        return "--llmperf-" + self.name.replace("_", "-")
-
-    @property
-    def env_var(self) -> str:
-        return "LLMPERF_" + self.name.upper()
-
-    @property
-    def ini_key(self) -> str:
-        return "llmperf_" + self.name
-
-    @property
-    def dest(self) -> str:
-        return "llmperf_" + self.name
+__all__ = [
+    "MARKER_KEYS",
+    "SETTINGS",
+    "SETTINGS_BY_NAME",
+    "SUITE_KEYS",
+    "SUITE_TABLE",
+    "WORKLOAD_FIELDS",
+    "Resolved",
+    "Setting",
+    "SettingError",
+    "check_marker_keys",
+    "check_not_given_elsewhere",
+    "resolve",
+    "resolve_from",
+]
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -88,44 +84,60 @@ SETTINGS: tuple[Setting, ...] = (
         parse_secret,
         None,
         "API key for an attached server (prefer the env var LLMPERF_API_KEY)",
-        cli=True,
     ),
+    # Levels and lengths stay on the command line as well: narrowing a run to a few levels
+    # (bisecting, recording one point) or shortening it for a smoke run is how a run is made.
     Setting(
         "levels",
         parse_levels,
         (1, 4, 16, 32, 64, 128),
         "concurrency levels, e.g. 1,4,16",
         marker=True,
+        suite=True,
+        sweep_flag="--concurrency",
     ),
-    Setting("input_len", parse_token_count, 1000, "prompt tokens per request", marker=True),
+    Setting(
+        "input_len",
+        parse_token_count,
+        1000,
+        "prompt tokens per request",
+        marker=True,
+        suite=True,
+        sweep_flag="--input-len",
+    ),
     Setting(
         "output_len",
         parse_token_count,
         1000,
         "output tokens per request (ignore_eos)",
         marker=True,
+        suite=True,
+        sweep_flag="--output-len",
     ),
     Setting(
         "requests",
         parse_request_count,
         None,
         "requests per level (default: 4 at C=1, 2*C above)",
-        marker=True,
+        sweep_flag="--requests",
+        **TEST,
     ),
     Setting(
         "backend",
-        parse_choice("sglang", "openai", "openai-chat"),
+        parse_backend,
         "sglang",
         "API to load: sglang (/generate), openai, openai-chat",
-        marker=True,
+        sweep_flag="--backend",
+        **TEST,
     ),
-    Setting("seed", parse_int, 0, "seed of the deterministic prompts", marker=True),
+    Setting("seed", parse_int, 0, "seed of the deterministic prompts", sweep_flag="--seed", **TEST),
     Setting(
         "request_timeout",
         parse_positive_float,
         600.0,
         "total deadline of one request, seconds",
-        marker=True,
+        sweep_flag="--timeout",
+        **TEST,
     ),
     Setting(
         "idle_timeout",
@@ -133,7 +145,8 @@ SETTINGS: tuple[Setting, ...] = (
         DEFAULT_IDLE_TIMEOUT_S,
         "seconds a request may wait for its next stream event (or its response) before it fails "
         "as stalled; at most the request timeout applies (0.1 to 86400)",
-        marker=True,
+        sweep_flag="--idle-timeout",
+        **TEST,
     ),
     Setting(
         "request_rate",
@@ -141,7 +154,8 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "open-loop Poisson arrivals in req/s, each level capping requests in flight at C "
         "(default: closed loop, exactly C in flight)",
-        marker=True,
+        sweep_flag="--request-rate",
+        **TEST,
     ),
     Setting(
         "client_processes",
@@ -149,14 +163,16 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         "client processes that share each closed-loop level (C and requests split, records "
         "merged on one clock); raise it when a level says the load generator was the bottleneck",
+        sweep_flag="--client-processes",
     ),
     Setting(
         "repeat",
         parse_positive_int,
         1,
         "measure each point N times (noise-aware verdicts)",
-        marker=True,
+        **TEST,
     ),
+    # A recording run (--llmperf-update) says how many samples it takes: part of how it is made.
     Setting(
         "baseline_repeat",
         parse_positive_int,
@@ -164,6 +180,7 @@ SETTINGS: tuple[Setting, ...] = (
         "samples per point when recording a baseline (--llmperf-update), each in a fresh "
         "server launch where --llmperf-relaunch allows: the baseline then carries its own noise",
         marker=True,
+        suite=True,
     ),
     Setting(
         "adjust",
@@ -171,7 +188,7 @@ SETTINGS: tuple[Setting, ...] = (
         "none",
         "launch: also judge each point with its launch's speed removed (every launch measures "
         "the whole sweep; needs 3+ levels): for boxes where each launch runs at its own speed",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "relaunch",
@@ -186,7 +203,7 @@ SETTINGS: tuple[Setting, ...] = (
         parse_nonneg_int,
         2,
         "re-runs of an inconclusive point before it is judged",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "metrics",
@@ -194,14 +211,14 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "metrics compared with the baseline (default: throughput, per-request tok/s, "
         "TTFT/ITL p50, accept length)",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "tolerance",
         parse_tolerances,
         {},
         "per-metric tolerances, e.g. output_throughput=5%,median_ttft_ms=15%",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "baseline_dir",
@@ -244,6 +261,7 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "always launch the simulated server, even if SGLang is installed",
         flag=True,
+        sweep_flag="--simulate",
     ),
     Setting(
         "sim_profile", parse_str, None, "simulator profile for every server (overrides the suite)"
@@ -281,7 +299,12 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     Setting(
-        "details", parse_bool, False, "keep per-request details in the results JSON", flag=True
+        "details",
+        parse_bool,
+        False,
+        "keep per-request details in the results JSON",
+        flag=True,
+        sweep_flag="--details",
     ),
     Setting(
         "bisect",
@@ -297,6 +320,7 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "scrape the server's /metrics during each level",
         flag=True,
+        sweep_flag="--scrape-metrics",
     ),
     # Validity thresholds (verdicts/validity.py ValidityPolicy); defaults are its constants.
     Setting(
@@ -304,14 +328,14 @@ SETTINGS: tuple[Setting, ...] = (
         parse_nonneg_int,
         0,
         "failed requests a level may have and still be judged",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "length_slack",
         parse_slack,
         0.0,
         "relative slack on delivered vs requested token totals, e.g. 1% (default 0: exact)",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "max_cached_tokens",
@@ -319,44 +343,48 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "prompt tokens per request the server may serve from its prefix cache (chat templates "
         "are allowed on top)",
-        marker=True,
+        **TEST,
     ),
     Setting(
         "loop_lag_limit",
         parse_positive_float,
-        10.0,
+        LOOP_LAG_P99_LIMIT_MS,
         "client event-loop lag p99 in ms above which a level is invalid (client saturated)",
+        **SUITE,
     ),
     Setting(
         "cpu_limit",
         parse_positive_float,
-        90.0,
+        CPU_PERCENT_LIMIT,
         "client CPU in % of one core above which a level is invalid (client saturated)",
+        **SUITE,
     ),
     Setting(
         "coalesced_limit",
         parse_unit_float,
-        0.5,
+        COALESCED_ITL_SHARE_LIMIT,
         "share of ITL gaps from one network read (events the client read together) above "
         "which a level is invalid",
+        **SUITE,
     ),
     Setting(
         "openai_extensions",
         parse_bool,
         True,
         "send the non-standard OpenAI-API fields ignore_eos and continuous_usage_stats "
-        "(on/off; turn off for strict servers that answer 400/422 to them)",
-        marker=True,
+        "(true/false; false for strict servers that answer 400/422 to them)",
+        **TEST,
     ),
     # workloads: what the prompts are (core/workload.py); recorded in the baseline key.
     Setting(
         "workload",
-        parse_choice("random", "shared-prefix", "multi-turn"),
+        parse_workload_kind,
         "random",
         "prompts: random (fresh, no cache can serve them), shared-prefix (prefix_groups "
         "prefixes of prefix_len tokens, primed in the prefix cache; its hit rate is measured) "
         "or multi-turn (conversations of `turns` turns re-sending their history)",
-        marker=True,
+        sweep_flag="--workload",
+        **TEST,
     ),
     Setting(
         "range_ratio",
@@ -364,57 +392,67 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         "length mix: draw each request's input/output length around input_len/output_len "
         "(see range_convention), a number in [0, 1]",
-        marker=True,
+        sweep_flag="--range-ratio",
+        **TEST,
     ),
     Setting(
         "range_convention",
-        parse_choice("sglang", "vllm"),
+        parse_range_convention,
         "sglang",
         "length mix: sglang draws from [r*L, L] (bench_serving --random-range-ratio), vllm "
         "from [(1-r)*L, (1+r)*L] (vLLM's RandomDataset)",
-        marker=True,
+        sweep_flag="--range-convention",
+        **TEST,
     ),
     Setting(
         "dataset",
         parse_str,
         None,
-        "a ShareGPT .json/.jsonl file: prompts are each entry's first human turn",
-        marker=True,
+        "a ShareGPT .json/.jsonl file (in [sweep]: relative to llmperf.toml): prompts are each "
+        "entry's first human turn",
+        sweep_flag="--dataset",
+        **TEST,
     ),
     Setting(
         "dataset_output_len",
-        parse_positive_int,
+        parse_token_count,
         None,
         "dataset: output tokens of every request (default: the reply's words x 1.3)",
-        marker=True,
+        sweep_flag="--dataset-output-len",
+        **TEST,
     ),
     Setting(
         "turns",
-        parse_positive_int,
+        parse_turns,
         None,
-        "multi-turn: turns per conversation (>= 2); a level runs `requests` conversations",
-        marker=True,
+        "multi-turn: turns per conversation (2 to 64); a level runs `requests` conversations",
+        sweep_flag="--turns",
+        **TEST,
     ),
     Setting(
         "think_time",
-        parse_nonneg_float,
+        parse_think_time,
         0.0,
-        "multi-turn: the most seconds a conversation waits between turns (seeded, uniform)",
-        marker=True,
+        "multi-turn: the most seconds a conversation waits between turns (seeded, uniform; "
+        "at most 60)",
+        sweep_flag="--think-time",
+        **TEST,
     ),
     Setting(
         "prefix_len",
-        parse_positive_int,
+        parse_token_count,
         None,
         "shared-prefix: tokens of each group's common prefix (below input_len)",
-        marker=True,
+        sweep_flag="--prefix-len",
+        **TEST,
     ),
     Setting(
         "prefix_groups",
         parse_positive_int,
         None,
         "shared-prefix: number of distinct prefixes (prompt n uses prefix n mod G)",
-        marker=True,
+        sweep_flag="--prefix-groups",
+        **TEST,
     ),
     Setting(
         "hit_rate_slack",
@@ -422,12 +460,53 @@ SETTINGS: tuple[Setting, ...] = (
         0.1,
         "shared-prefix workloads: how far (absolute) the measured cache hit rate may be from the "
         "expected one before a level is invalid, e.g. 10%",
-        marker=True,
+        **TEST,
     ),
 )
 
 SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 MARKER_KEYS: frozenset[str] = frozenset(s.name for s in SETTINGS if s.marker)
+SUITE_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.suite)
+# Marker keys that are not settings: which configs and gates a test applies to.
+MARKER_SELECTORS: frozenset[str] = frozenset({"configs", "gates"})
+
+# The settings a ``Workload`` is made of: setting name -> Workload field. Each field runs the
+# setting's parser (base/results.py), so their bounds cannot differ.
+WORKLOAD_FIELDS: dict[str, str] = {
+    "backend": "backend",
+    "input_len": "input_len",
+    "output_len": "output_len",
+    "seed": "seed",
+    "requests": "requests_per_level",
+    "request_timeout": "request_timeout_s",
+    "idle_timeout": "idle_timeout_s",
+    "request_rate": "request_rate",
+    "openai_extensions": "openai_extensions",
+    "workload": "kind",
+    "prefix_len": "prefix_len",
+    "prefix_groups": "prefix_groups",
+    "range_ratio": "range_ratio",
+    "range_convention": "range_convention",
+    "dataset": "dataset",
+    "dataset_output_len": "dataset_output_len",
+    "turns": "turns",
+    "think_time": "think_time_s",
+}
+
+Source = Literal["marker", "cli", "env", "ini", "suite", "default"]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A setting's typed value and the place it came from."""
+
+    value: Any
+    source: Source
+
+    @property
+    def given(self) -> bool:
+        """Set somewhere, not left at its default."""
+        return self.source != "default"
 
 
 def _parse(setting: Setting, value: Any, source: str) -> Any:
@@ -437,7 +516,7 @@ def _parse(setting: Setting, value: Any, source: str) -> Any:
         raise SettingError(f"{source}: {exc}") from None
 
 
-def resolve(
+def resolve_from(
     name: str,
     *,
     marker: Mapping[str, Any] | None = None,
@@ -446,28 +525,54 @@ def resolve(
     environ: Mapping[str, str] | None = None,
     ini: Any = None,
     ini_source: str = "ini file",
-) -> Any:
-    """Resolve one setting: marker > CLI > env > ini > default.
+    suite: Mapping[str, Any] | None = None,
+    suite_source: str = "llmperf.toml",
+) -> Resolved:
+    """Resolve one setting: marker > CLI > env > ini > the suite's ``[sweep]`` > default.
 
-    ``cli`` and ``ini`` are the raw values pytest holds (None when not given).
+    ``cli`` and ``ini`` are the raw values pytest holds (None when not given), ``suite`` the
+    ``[sweep]`` keys the suite file sets. A place the setting may not be given is not read.
     """
     setting = SETTINGS_BY_NAME[name]
     env = os.environ if environ is None else environ
     if setting.marker and marker and name in marker:
-        return _parse(setting, marker[name], f"{marker_source}({name}=...)")
+        return Resolved(_parse(setting, marker[name], f"{marker_source}({name}=...)"), "marker")
     if setting.cli and cli not in (None, False):
         label = setting.cli_flag if setting.flag else f"{setting.cli_flag}={cli}"
-        return _parse(setting, cli, f"command line {label}")
+        return Resolved(_parse(setting, cli, f"command line {label}"), "cli")
     if setting.env and env.get(setting.env_var, "") != "":
-        return _parse(setting, env[setting.env_var], f"environment variable {setting.env_var}")
+        where = f"environment variable {setting.env_var}"
+        return Resolved(_parse(setting, env[setting.env_var], where), "env")
     if setting.ini and ini not in (None, "", []):
-        return _parse(setting, ini, f"{ini_source} option {setting.ini_key}")
-    return setting.default
+        return Resolved(_parse(setting, ini, f"{ini_source} option {setting.ini_key}"), "ini")
+    if setting.suite and suite and suite.get(name) is not None:
+        where = f"{suite_source}: [sweep] {name}"
+        return Resolved(_parse(setting, suite[name], where), "suite")
+    return Resolved(setting.default, "default")
+
+
+def resolve(name: str, **sources: Any) -> Any:
+    """The value alone of ``resolve_from(name, **sources)``."""
+    return resolve_from(name, **sources).value
+
+
+def check_not_given_elsewhere(cli: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """A suite setting given as a flag (kept as a hidden option for this) or an environment
+    variable is an error that says where it goes now: ignoring it would measure or judge with
+    other values than the ones the user wrote, and a warning scrolls by unread in CI logs."""
+    problems = []
+    for s in SETTINGS:
+        if not s.cli and cli.get(s.name) not in (None, False):
+            problems.append(f"{s.cli_flag} is no longer a command-line setting: {s.where}")
+        if not s.env and environ.get(s.env_var, "") != "":
+            problems.append(f"environment variable {s.env_var} is no longer read: {s.where}")
+    if problems:
+        raise SettingError("; ".join(problems))
 
 
 def check_marker_keys(kwargs: Mapping[str, Any], where: str) -> None:
     """Unknown keys in ``@pytest.mark.llmperf(...)`` are errors, not silently ignored."""
-    allowed = MARKER_KEYS | {"configs", "gates"}
+    allowed = MARKER_KEYS | MARKER_SELECTORS
     unknown = sorted(set(kwargs) - allowed)
     if unknown:
         raise SettingError(

@@ -16,7 +16,6 @@ from typing import Any
 from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.run.settings import SETTINGS, Setting
-from pytest_llmperf.run.suite import SweepSection
 
 __all__ = [
     "BEGIN",
@@ -56,16 +55,25 @@ def _row(setting: Setting) -> str:
     env = f"`{setting.env_var}`" if setting.env else "—"
     ini = f"`{setting.ini_key}`" if setting.ini else "—"
     marker = "yes" if setting.marker else "no"
-    sweep = "yes" if setting.name in SweepSection.model_fields else "no"
-    cells = (flag, env, ini, _cell(_default(setting)), marker, sweep, _cell(setting.help))
+    sweep = "yes" if setting.suite else "no"
+    cells = (
+        f"`{setting.name}`",
+        flag,
+        env,
+        ini,
+        marker,
+        sweep,
+        _cell(_default(setting)),
+        _cell(setting.help),
+    )
     return "| " + " | ".join(cells) + " |"
 
 
 def render_table(settings: Iterable[Setting] = SETTINGS) -> str:
     """The Markdown table of ``settings``, one row each, in declaration order."""
     lines = [
-        "| CLI flag | env var | ini key | default | marker | `[sweep]` | meaning |",
-        "|---|---|---|---|---|---|---|",
+        "| setting | command line | env var | ini key | marker | `[sweep]` | default | meaning |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines.extend(_row(s) for s in settings)
     return "\n".join(lines) + "\n"

@@ -10,28 +10,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
+    create_model,
     model_validator,
 )
 
 from pytest_llmperf.base.datafile import DataFileError, load_data_file
 from pytest_llmperf.base.errors import InputError
-from pytest_llmperf.base.values import (
-    LevelsField,
-    MetricName,
-    RequestCountField,
-    TokenCountField,
-    parse_tolerances,
-)
+from pytest_llmperf.base.values import LevelsField, MetricName, optional
 from pytest_llmperf.core.slo import Slo, SloError, load_slo
 from pytest_llmperf.launch.server_config import ConfigError, ServerConfig, server_configs_from_data
+from pytest_llmperf.run.settings import SETTINGS_BY_NAME, SUITE_KEYS
 from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
 
 SUITE_FILE_NAME = "llmperf.toml"
@@ -42,41 +38,33 @@ class SuiteError(InputError):
     """The suite file is invalid; the message names the file and field."""
 
 
-class SweepSection(BaseModel):
-    """``[sweep]``: the suite's defaults; CLI, env and ini settings still override them."""
+class SweepTable(BaseModel):
+    """``[sweep]``: the suite's values of the settings that say what it measures; the command
+    line, environment and ini file override the few they may also give, a marker any of its
+    own. Its fields are derived from ``run/settings.py`` (``SweepSection``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    levels: LevelsField = None
-    input_len: TokenCountField | None = None
-    output_len: TokenCountField | None = None
-    requests: RequestCountField | None = None
-    backend: str | None = None
-    seed: int | None = None
-    repeat: int | None = Field(default=None, gt=0)
-    baseline_repeat: int | None = Field(default=None, gt=0)  # samples when recording
-    adjust: Literal["none", "launch"] | None = None  # launch-adjusted verdicts
-    request_rate: float | None = Field(default=None, gt=0)
-    workload: Literal["random", "shared-prefix", "multi-turn"] | None = None  # workloads
-    prefix_len: int | None = Field(default=None, gt=0)  # workloads
-    prefix_groups: int | None = Field(default=None, gt=0)  # workloads
-    range_ratio: float | None = Field(default=None, ge=0, le=1)  # length mixes
-    range_convention: Literal["sglang", "vllm"] | None = None
-    dataset: str | None = None  # a ShareGPT file
-    dataset_output_len: int | None = Field(default=None, gt=0)
-    turns: int | None = Field(default=None, ge=2)  # multi-turn
-    think_time: float | None = Field(default=None, ge=0)
-    metrics: tuple[MetricName, ...] | None = None
-    tolerance: dict[str, Any] | None = None
-
-    @field_validator("tolerance")
-    @classmethod
-    def _tolerance(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if v is None else parse_tolerances(v)
 
     def as_settings(self) -> dict[str, Any]:
         """Only the keys the file sets, named like the plugin's settings."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def get(self, name: str) -> Any:
+        """The file's value of setting ``name`` (None when it does not set it)."""
+        return self.as_settings().get(name)
+
+
+# One optional field per setting declared with suite=True, checked by the setting's own
+# parser, so ``levels = [0]`` here and ``--llmperf-levels=0`` fail with the same words.
+SweepSection: type[SweepTable] = create_model(  # type: ignore[call-overload]
+    "SweepSection",
+    __base__=SweepTable,
+    __module__=__name__,
+    **{
+        name: (Annotated[Any, BeforeValidator(optional(SETTINGS_BY_NAME[name].parse))], None)
+        for name in SUITE_KEYS
+    },
+)
 
 
 class CrossoverSpec(BaseModel):
@@ -134,7 +122,7 @@ class Suite:
 
     path: Path | None
     servers: list[ServerConfig]
-    sweep: SweepSection = field(default_factory=SweepSection)
+    sweep: SweepTable = field(default_factory=SweepSection)
     gates: list[Gate] = field(default_factory=list)
     crossovers: list[CrossoverSpec] = field(default_factory=list)
     slo: Slo | None = None

@@ -129,7 +129,7 @@ def resolve_tolerance(
     entry: BaselineEntry | None = None,
 ) -> float:
     """Most specific wins: test override (its metric, then its ``*``) > entry metric > entry >
-    default. ``*`` is what ``--llmperf-tolerance '*=10%'`` sets for every other metric."""
+    default. ``*`` is what ``tolerance = {"*" = "10%"}`` sets for every other metric."""
     if isinstance(test, Mapping):
         if name in test:
             return validate_tolerance(test[name], f"tolerance for {name}")

@@ -138,8 +138,8 @@ class Decision:
                 )
             else:
                 more = (
-                    "measure more independent launches (--llmperf-repeat with "
-                    "--llmperf-relaunch) or widen the tolerance"
+                    "measure more independent launches (repeat in [sweep], each sample a fresh "
+                    "launch unless --llmperf-relaunch=never) or widen the tolerance"
                 )
             return (
                 f"inconclusive: the noise margin {100 * self.margin:.1f} % exceeds the tolerance "
@@ -149,7 +149,7 @@ class Decision:
             if attached:
                 return (
                     f"{head}repeat on the same server to n={self.repeats_needed} samples "
-                    f"(--llmperf-repeat {self.repeats_needed})"
+                    f"(repeat = {self.repeats_needed} in [sweep] or the marker)"
                 )
             return f"{head}re-run to n={self.repeats_needed} samples"
         if attached:

@@ -15,12 +15,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_llmperf.base.results import ClientHealth, LevelResult, Workload
-from pytest_llmperf.core.monitor import (
+from pytest_llmperf.base.values import (
+    COALESCED_ITL_SHARE_LIMIT,
     CPU_PERCENT_LIMIT,
     LOOP_LAG_P99_LIMIT_MS,
-    MIN_LAG_SAMPLES,
-    STARVED_CPU_PERCENT,
 )
+from pytest_llmperf.core.monitor import MIN_LAG_SAMPLES, STARVED_CPU_PERCENT
 
 __all__ = [
     "ValidityPolicy",
@@ -56,12 +56,12 @@ class ValidityPolicy(BaseModel):
     # workload did not do what it says (cache off or evicting, or serving more than the
     # prefix), and the numbers do not describe it.
     hit_rate_slack: float = Field(default=0.1, ge=0.0, lt=1.0)
-    # The client is the bottleneck above these (core/monitor.py's defaults).
+    # The client is the bottleneck above these (the defaults of base/values.py).
     loop_lag_p99_limit_ms: float = Field(default=LOOP_LAG_P99_LIMIT_MS, gt=0.0)
     cpu_percent_limit: float = Field(default=CPU_PERCENT_LIMIT, gt=0.0)
     # Above this share of ITL gaps from one network read, the median gap is the client's read
     # pattern (0 ms when events pile up), not the server's pace.
-    max_coalesced_itl_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    max_coalesced_itl_share: float = Field(default=COALESCED_ITL_SHARE_LIMIT, ge=0.0, le=1.0)
 
 
 def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
@@ -117,7 +117,8 @@ def _client_reason(client: ClientHealth, saturation: str, level: LevelResult) ->
             f"the load generator was starved of CPU{why} while it used only "
             f"{client.cpu_percent:.0f} % of a core{machine}: other processes held the CPU, so "
             "its timestamps are late by about the lag; measure on a quieter machine, or raise "
-            f"--llmperf-loop-lag-limit if {client.loop_lag_p99_ms:.0f} ms is small next to "
+            f"loop_lag_limit in [sweep] of llmperf.toml if {client.loop_lag_p99_ms:.0f} ms is "
+            "small next to "
             f"TTFT p50 {level.median_ttft_ms or 0:.1f} ms and ITL p50 "
             f"{level.median_itl_ms or 0:.1f} ms"
         )

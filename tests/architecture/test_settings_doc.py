@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmperf.base.errors import InputError
+from pytest_llmperf.run.setting import SUITE
 from pytest_llmperf.run.settings import SETTINGS, Setting
 from pytest_llmperf.run.settings_doc import (
     BEGIN,
@@ -31,28 +32,31 @@ def test_docs_settings_table_is_the_rendered_declarations() -> None:
     )
 
 
-def test_every_cli_flag_has_exactly_one_row() -> None:
-    rows = [line for line in render_table().splitlines() if line.startswith("| `--llmperf-")]
-    documented = [row.split("`")[1].split("=")[0] for row in rows]
+def test_every_setting_and_cli_flag_has_exactly_one_row() -> None:
+    rows = render_table().splitlines()[2:]
+    assert [row.split("`")[1] for row in rows] == [s.name for s in SETTINGS]
+    flags = [row.split(" | ")[1] for row in rows]
+    documented = [f.strip("`").split("=")[0] for f in flags if f != "—"]
     assert sorted(documented) == sorted(s.cli_flag for s in SETTINGS if s.cli)
 
 
-def test_rows_say_how_a_setting_is_given() -> None:
+def test_rows_say_where_a_setting_may_be_given() -> None:
     table = render_table(
         [
             Setting("x_switch", bool, False, "a switch", flag=True),
             Setting("x_value", int, (1, 2), "a | value", marker=True, ini=False),
-            Setting("levels", int, None, "in [sweep]"),
+            Setting("x_suite", int, None, "in [sweep]", **SUITE),
         ]
     ).splitlines()
     assert table[2] == (
-        "| `--llmperf-x-switch` | `LLMPERF_X_SWITCH` | `llmperf_x_switch` | off | no | no "
-        "| a switch |"
+        "| `x_switch` | `--llmperf-x-switch` | `LLMPERF_X_SWITCH` | `llmperf_x_switch` | no | no "
+        "| off | a switch |"
     )
     assert table[3] == (
-        "| `--llmperf-x-value=…` | `LLMPERF_X_VALUE` | — | 1,2 | yes | no | a \\| value |"
+        "| `x_value` | `--llmperf-x-value=…` | `LLMPERF_X_VALUE` | — | yes | no | 1,2 "
+        "| a \\| value |"
     )
-    assert table[4].endswith("| — | no | yes | in [sweep] |")
+    assert table[4] == "| `x_suite` | — | — | — | no | yes | — | in [sweep] |"
 
 
 def test_replace_block_keeps_the_hand_written_text() -> None:

@@ -49,7 +49,7 @@ def test_launch_takes_the_remaining_flags() -> None:
         ["sweep", "-c", "1,2", "--launch", "--model-path", "m", "--speculative-algorithm", "NEXTN"]
     )
     assert args.launch == ["--model-path", "m", "--speculative-algorithm", "NEXTN"]
-    assert args.concurrency == [1, 2]
+    assert args.levels == (1, 2)
 
 
 def test_missing_api_key_env_is_a_usage_error(

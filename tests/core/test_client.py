@@ -288,6 +288,6 @@ def test_a_4xx_naming_an_extension_says_how_to_turn_them_off() -> None:
     from pytest_llmperf.core.client import extension_hint
 
     hint = extension_hint(422, '{"detail":[{"loc":["body","ignore_eos"],"msg":"extra"}]}')
-    assert "ignore_eos" in hint and "--llmperf-openai-extensions=off" in hint
+    assert "ignore_eos" in hint and "openai_extensions = false in [sweep]" in hint
     assert extension_hint(400, '{"error":"max_tokens too large"}') == ""
     assert extension_hint(500, "ignore_eos") == ""

@@ -62,7 +62,7 @@ def test_key_records_the_mix_and_defaults_stay_out() -> None:
     ("fields", "needle"),
     [
         ({"range_ratio": 1.0, "range_convention": "vllm"}, "< 1 with range_convention"),
-        ({"range_ratio": 1.5}, "less than or equal to 1"),
+        ({"range_ratio": 1.5}, "must be between 0 and 1, got 1.5"),
         (
             {"range_ratio": 0.5, "kind": "shared-prefix", "prefix_len": 1, "prefix_groups": 1},
             "range_ratio needs workload = 'random'",

@@ -55,7 +55,7 @@ def test_key_and_settings_that_do_not_fit() -> None:
         ({"think_time_s": 1.0}, "turns and think_time_s need it"),
         ({"kind": "multi-turn", "turns": 2, "backend": "openai-chat"}, "sends token ids"),
         ({"kind": "multi-turn", "turns": 2, "request_rate": 1.0}, "without request_rate"),
-        ({"kind": "multi-turn", "turns": 1}, "greater than or equal to 2"),
+        ({"kind": "multi-turn", "turns": 1}, "turns per conversation must be from 2 to 64, got 1"),
     ]:
         with pytest.raises(ValidationError, match=needle):
             Workload(**fields)

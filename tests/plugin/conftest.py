@@ -68,6 +68,13 @@ def test_sweep(llmperf_point):
 """
 
 
+def with_sweep(suite_text: str, *lines: str) -> str:
+    """``suite_text`` with ``lines`` (e.g. ``'metrics = ["output_throughput"]'``) added to its
+    ``[sweep]`` table: what a test measures is the suite's, not the command line's."""
+    assert "[sweep]\n" in suite_text
+    return suite_text.replace("[sweep]\n", "[sweep]\n" + "".join(f"{x}\n" for x in lines), 1)
+
+
 def sim_servers() -> list[psutil.Process]:
     """Simulated servers still running anywhere on the machine, started by this test run."""
     out = []

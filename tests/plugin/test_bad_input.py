@@ -73,34 +73,22 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
             "command line --llmperf-output-len=0: must be a positive whole number, got 0",
         ),
         (
-            ["--llmperf-tolerance", "output_throughput=150%"],
+            ["--llmperf-tolerance", "output_throughput=5%"],
             {},
-            "command line --llmperf-tolerance=output_throughput=150%: output_throughput: a "
-            "tolerance must be between 0 and 1 (exclusive), e.g. 0.05 or 5%, got 150%",
+            "--llmperf-tolerance is no longer a command-line setting: set tolerance in "
+            "[[]sweep[]] of llmperf.toml (or @pytest.mark.llmperf(tolerance=...) for one test)",
         ),
         (
             [],
-            {"LLMPERF_TOLERANCE": "median_ttft_ms=-5%"},
-            "environment variable LLMPERF_TOLERANCE: median_ttft_ms: a tolerance must be "
-            "between 0 and 1 (exclusive), e.g. 0.05 or 5%, got -5%",
-        ),
-        (
-            ["--llmperf-tolerance", "output_thruput=5%"],
-            {},
-            "command line --llmperf-tolerance=output_thruput=5%: unknown metric 'output_thruput'; "
-            "known metrics: *",
+            {"LLMPERF_TOLERANCE": "median_ttft_ms=5%"},
+            "environment variable LLMPERF_TOLERANCE is no longer read: set tolerance in "
+            "[[]sweep[]] of llmperf.toml (or @pytest.mark.llmperf(tolerance=...) for one test)",
         ),
         (
             ["--llmperf-levels", "1000000000"],
             {},
             "command line --llmperf-levels=1000000000: concurrency level 1000000000 is more "
             "requests in flight than this tool supports (at most 65,536)",
-        ),
-        (
-            ["--llmperf-requests", "1000000000"],
-            {},
-            "command line --llmperf-requests=1000000000: 1000000000 is more requests per level "
-            "than this tool supports (at most 1,000,000)",
         ),
         (
             ["--llmperf-input-len", "1000000000"],
@@ -120,11 +108,9 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
         "levels-empty",
         "env-output-len-0",
         "output-len-0",
-        "tolerance-150%",
-        "env-tolerance-negative",
-        "tolerance-unknown-metric",
+        "tolerance-moved",
+        "env-tolerance-moved",
         "levels-absurd",
-        "requests-absurd",
         "input-len-absurd",
         "env-idle-timeout-too-short",
     ],
@@ -146,14 +132,14 @@ def test_bad_setting_is_a_usage_error_naming_its_source(
     assert not (one.path / "llmperf-results").exists()  # nothing was launched
 
 
-def test_bad_ini_tolerance_names_the_ini_file(one: pytest.Pytester) -> None:
-    ini = one.makefile(".ini", pytest="[pytest]\nllmperf_tolerance = output_throughput=1.5\n")
-    result = run(one)
+def test_bad_ini_setting_names_the_ini_file(one: pytest.Pytester) -> None:
+    ini = one.makefile(".ini", pytest="[pytest]\nllmperf_levels = 1,x\n")
+    result = one.runpytest_subprocess(timeout=120)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            f"ERROR: pytest-llmperf: ini file {ini} option llmperf_tolerance: output_throughput: "
-            "a tolerance must be between 0 and 1 (exclusive), e.g. 0.05 or 5%, got 1.5"
+            f"ERROR: pytest-llmperf: ini file {ini} option llmperf_levels: concurrency level 'x' "
+            "is not a positive whole number (e.g. 1,4,16)"
         ]
     )
     assert_clean(result)
@@ -281,6 +267,26 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
             ],
         ),
         (
+            ONE_SERVER.replace("levels = [1]", "levels = [1]\nrequests = 1000000000"),
+            [
+                "{path}: sweep.requests: 1000000000 is more requests per level than this tool "
+                "supports (at most 1,000,000)"
+            ],
+        ),
+        (
+            ONE_SERVER.replace(
+                "levels = [1]", "levels = [1]\ntolerance = {output_throughput = 1.5}"
+            ),
+            [
+                "{path}: sweep.tolerance: output_throughput: a tolerance must be between 0 and 1 "
+                "(exclusive), e.g. 0.05 or 5%, got 1.5"
+            ],
+        ),
+        (
+            ONE_SERVER + 'tolerance = {output_thruput = "5%"}\n',
+            ["{path}: sweep.tolerance: unknown metric 'output_thruput'; known metrics: *"],
+        ),
+        (
             ONE_SERVER + '\n[[gate]]\nconfig = "mtp"\nreference = "plain"\nfactor = 1.1\n',
             ["{path}: gate[0].config: no server named 'mtp'"],
         ),
@@ -303,6 +309,9 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
         "output-len-0",
         "levels-absurd",
         "input-len-absurd",
+        "requests-absurd",
+        "tolerance-150%",
+        "tolerance-unknown-metric",
         "gate-unknown-server",
         "empty-file",
         "no-server",
@@ -378,7 +387,8 @@ def test_bad_baseline_file_fails_its_test_naming_path_and_field(
     path = one.path / "baselines" / HW / "plain.json"
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    result = run(one, "--llmperf-metrics", "output_throughput")
+    one.makefile(".toml", llmperf=ONE_SERVER + 'metrics = ["output_throughput"]\n')
+    result = run(one)
     assert_no_servers_left(one.path)
     result.assert_outcomes(failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED

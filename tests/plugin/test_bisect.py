@@ -14,8 +14,9 @@ args = []
 
 [sweep]
 levels = [4]
+metrics = ["output_throughput"]
 """
-ARGS = ["--llmperf-metrics", "output_throughput", "--llmperf-output-len", "128", *LIGHT]
+ARGS = ["--llmperf-output-len", "128", *LIGHT]
 
 
 @pytest.fixture

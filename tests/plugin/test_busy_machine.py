@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from .conftest import LIGHT, SWEEP_TEST, assert_no_servers_left
+from .conftest import LIGHT, SWEEP_TEST, assert_no_servers_left, with_sweep
 from .conftest import run as _run
 
 
@@ -119,7 +119,8 @@ def test_a_machine_busy_throughout_is_remeasured_then_said_once(busy_suite, monk
 
 def test_invalid_skip_lets_a_busy_run_exit_zero(busy_suite, monkeypatch):
     monkeypatch.setenv("FAKE_BUSY_LEVELS", "100")
-    result = run(busy_suite, "--llmperf-invalid=skip", "--llmperf-max-reruns=1")
+    busy_suite.makefile(".toml", llmperf=with_sweep(SUITE, "max_reruns = 1"))
+    result = run(busy_suite, "--llmperf-invalid=skip")
     result.assert_outcomes(skipped=1)
     assert result.ret == pytest.ExitCode.OK
     (line,) = _busy_lines(result)
@@ -149,10 +150,10 @@ def test_a_client_that_is_itself_the_bottleneck_stays_invalid(busy_suite, monkey
 
 
 def test_a_gate_whose_side_is_starved_is_undecided(pytester: pytest.Pytester, monkeypatch):
-    pytester.makefile(".toml", llmperf=GATE_SUITE)
+    pytester.makefile(".toml", llmperf=with_sweep(GATE_SUITE, "max_reruns = 1"))
     pytester.makepyfile(test_perf=GATE_TEST, conftest=BUSY_MONITOR)
     monkeypatch.setenv("FAKE_BUSY_LEVELS", "100")
-    result = run(pytester, "--llmperf-max-reruns=1")
+    result = run(pytester)
     result.assert_outcomes(skipped=1)
     (line,) = _busy_lines(result)
     assert "2 points (mtp C=4, plain C=4)" in line

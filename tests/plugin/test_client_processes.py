@@ -47,6 +47,7 @@ args = []
 
 [sweep]
 levels = [4]
+requests = 8
 """
 
 
@@ -54,9 +55,7 @@ levels = [4]
 def test_a_level_sharded_over_two_client_processes_end_to_end(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", llmperf=ONE_SERVER)
     pytester.makepyfile(test_perf=SWEEP_TEST, conftest=RELAXED_CLIENT_CHECK)
-    result = run(
-        pytester, "--llmperf-update", "--llmperf-client-processes", "2", "--llmperf-requests", "8"
-    )
+    result = run(pytester, "--llmperf-update", "--llmperf-client-processes", "2")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*client 2 processes per closed-loop level*"])
     results = json.loads((pytester.path / "llmperf-results" / "results.json").read_text())

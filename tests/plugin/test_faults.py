@@ -21,7 +21,15 @@ import pytest
 
 from pytest_llmperf.sim.profile import DEFAULT_PROFILE
 
-from .conftest import FAST, RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
+from .conftest import (
+    FAST,
+    RELAXED_CLIENT_CHECK,
+    SWEEP_TEST,
+    assert_no_servers_left,
+    read_json,
+    run,
+    with_sweep,
+)
 
 # Two independent servers (no gate), mtp first both in the file and in the run order, so a fault
 # in mtp shows the session going on to plain.
@@ -209,14 +217,11 @@ def test_server_fails_mid_sweep(two: pytest.Pytester, fault: str) -> None:
     fail or error with the reason, nothing of mtp is recorded, and plain is measured after it.
     """
     flags, outcomes, lines = MID_SWEEP_FAULTS[fault]
+    two.makefile(".toml", llmperf=with_sweep(TWO_SERVERS, "requests = 2", "request_timeout = 3"))
     result, elapsed = timed(
         two,
         "-v",
         "--llmperf-update",
-        "--llmperf-requests",
-        "2",
-        "--llmperf-request-timeout",
-        "3",
         "--llmperf-sim-args",
         f"mtp: {' '.join(flags)}",
     )

@@ -6,19 +6,21 @@ import json
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, SUITE, run
+from .conftest import RELAXED_CLIENT_CHECK, SUITE, run, with_sweep
 
-# Long enough levels that aggregate tok/s is steady on a shared CPU.
-METRICS = ["--llmperf-metrics", "output_throughput", "--llmperf-output-len", "128"]
+# Long enough levels that aggregate tok/s is steady on a shared CPU, judged on throughput.
+LONGER = ["--llmperf-output-len", "128"]
+THROUGHPUT = 'metrics = ["output_throughput"]'
 
 
 @pytest.fixture(autouse=True)
 def _relaxed(suite):
     suite.makeconftest(RELAXED_CLIENT_CHECK)
+    suite.makefile(".toml", llmperf=with_sweep(SUITE, THROUGHPUT))
 
 
 def test_update_records_then_the_same_server_passes(suite, xdist_args):
-    first = run(suite, "--llmperf-update", *METRICS, *xdist_args)
+    first = run(suite, "--llmperf-update", *LONGER, *xdist_args)
     first.assert_outcomes(passed=6)  # 2 configs x 2 levels, gate at C=1 and C=4
     files = sorted(
         p.relative_to(suite.path).as_posix() for p in suite.path.rglob("baselines/**/*.json")
@@ -33,7 +35,7 @@ def test_update_records_then_the_same_server_passes(suite, xdist_args):
         ["*SIMULATED*", "*plain (sglang-in64-out128)*", "*4 baseline entries created*"]
     )
 
-    second = run(suite, *METRICS, *xdist_args)
+    second = run(suite, *LONGER, *xdist_args)
     second.assert_outcomes(passed=6)
     second.stdout.fnmatch_lines(["*llmperf*", "*mtp (sglang-in64-out128)*"])
     assert "entries unused" not in second.stdout.str()
@@ -44,7 +46,7 @@ def test_update_records_then_the_same_server_passes(suite, xdist_args):
 
 
 def test_missing_baseline_fails_with_the_command_that_records_it(suite):
-    result = run(suite, *METRICS)
+    result = run(suite, *LONGER)
     result.assert_outcomes(failed=4, passed=2)
     result.stdout.fnmatch_lines(
         ["*no baseline entry*", "*record it: pytest 'test_perf.py::test_sweep*--llmperf-update"]
@@ -52,33 +54,34 @@ def test_missing_baseline_fails_with_the_command_that_records_it(suite):
 
 
 def test_k_selects_points_and_unused_counts_only_selected(suite):
-    run(suite, "--llmperf-update", *METRICS).assert_outcomes(passed=6)
-    only = run(suite, *METRICS, "-k", "C4")
+    run(suite, "--llmperf-update", *LONGER).assert_outcomes(passed=6)
+    only = run(suite, *LONGER, "-k", "C4")
     only.assert_outcomes(passed=3, deselected=3)
     assert "entries unused" not in only.stdout.str()
     # --llmperf-levels narrows this session only: C=4 could not be measured, so it is not
     # unused, the run passes without advising the deleting command, and an update keeps it.
-    narrowed = run(suite, *METRICS, "--llmperf-levels", "1")
+    narrowed = run(suite, *LONGER, "--llmperf-levels", "1")
     narrowed.assert_outcomes(passed=3)
     assert narrowed.ret == 0 and "entries unused" not in narrowed.stdout.str()
-    kept = run(suite, *METRICS, "--llmperf-levels", "1", "--llmperf-update")
+    kept = run(suite, *LONGER, "--llmperf-levels", "1", "--llmperf-update")
     assert kept.ret == 0 and "entries deleted" not in kept.stdout.str()
     assert _entries(suite) == {"mtp": ["1", "4"], "plain": ["1", "4"]}
     # The suite itself drops C=4: those entries are unused, which fails the session.
-    (suite.path / "llmperf.toml").write_text(SUITE.replace("levels = [1, 4]", "levels = [1]"))
-    fewer = run(suite, *METRICS)
+    fewer_levels = SUITE.replace("levels = [1, 4]", "levels = [1]")
+    (suite.path / "llmperf.toml").write_text(with_sweep(fewer_levels, THROUGHPUT))
+    fewer = run(suite, *LONGER)
     fewer.assert_outcomes(passed=3)
     assert fewer.ret == 1
     fewer.stdout.fnmatch_lines(["*2 baseline entries unused*--llmperf-update to delete them*"])
-    warned = run(suite, *METRICS, "--llmperf-warn-unused")
+    warned = run(suite, *LONGER, "--llmperf-warn-unused")
     assert warned.ret == 0
-    deleted = run(suite, *METRICS, "--llmperf-update")
+    deleted = run(suite, *LONGER, "--llmperf-update")
     deleted.stdout.fnmatch_lines(["*2 baseline entries deleted*"])
-    assert run(suite, *METRICS).ret == 0
+    assert run(suite, *LONGER).ret == 0
     # Another workload (a flag) measures its own entries and never deletes the suite's.
-    other = run(suite, *METRICS, "--llmperf-input-len", "32", "--llmperf-update")
+    other = run(suite, *LONGER, "--llmperf-input-len", "32", "--llmperf-update")
     assert other.ret == 0 and "entries deleted" not in other.stdout.str()
-    assert run(suite, *METRICS).ret == 0
+    assert run(suite, *LONGER).ret == 0
 
 
 def _entries(suite) -> dict[str, list[str]]:
@@ -101,24 +104,24 @@ def test_k_on_a_test_that_never_compares_leaves_entries_used_and_kept(suite):
     """`-k test_no_failed_requests` (the README's own example) could compare every point it
     selects, so no entry is unused; with --llmperf-update nothing is deleted."""
     suite.makepyfile(test_more=NO_BASELINE_TEST)
-    run(suite, "--llmperf-update", *METRICS, "-k", "test_sweep").assert_outcomes(passed=4)
+    run(suite, "--llmperf-update", *LONGER, "-k", "test_sweep").assert_outcomes(passed=4)
     before = _entries(suite)
     assert before == {"mtp": ["1", "4"], "plain": ["1", "4"]}
-    only = run(suite, *METRICS, "-k", "test_no_failed_requests")
+    only = run(suite, *LONGER, "-k", "test_no_failed_requests")
     only.assert_outcomes(passed=4, deselected=6)
     assert only.ret == 0 and "unused" not in only.stdout.str()
-    updated = run(suite, *METRICS, "-k", "test_no_failed_requests", "--llmperf-update")
+    updated = run(suite, *LONGER, "-k", "test_no_failed_requests", "--llmperf-update")
     assert updated.ret == 0 and "deleted" not in updated.stdout.str()
     assert _entries(suite) == before
 
 
 def test_update_keeps_entries_of_a_server_that_did_not_start(suite):
-    run(suite, "--llmperf-update", *METRICS).assert_outcomes(passed=6)
+    run(suite, "--llmperf-update", *LONGER).assert_outcomes(passed=6)
     before = _entries(suite)
     broken = run(
         suite,
         "--llmperf-update",
-        *METRICS,
+        *LONGER,
         "--llmperf-sim-args",
         "plain: --sim-fault crash-on-start",
         "-k",
@@ -130,7 +133,7 @@ def test_update_keeps_entries_of_a_server_that_did_not_start(suite):
 
 
 def test_update_keeps_entries_of_skipped_and_errored_points(suite):
-    run(suite, "--llmperf-update", *METRICS).assert_outcomes(passed=6)
+    run(suite, "--llmperf-update", *LONGER).assert_outcomes(passed=6)
     before = _entries(suite)
     suite.makepyfile(
         test_perf="""
@@ -144,7 +147,7 @@ def test_sweep(llmperf_point):
     llmperf_point.assert_baseline()
 """
     )
-    result = run(suite, "--llmperf-update", *METRICS)
+    result = run(suite, "--llmperf-update", *LONGER)
     result.assert_outcomes(passed=1, skipped=2, failed=1)
     assert "deleted" not in result.stdout.str()
     assert _entries(suite) == before
@@ -159,7 +162,7 @@ def test_rerecord_rewrites_passing_entries_with_their_own_noise(suite):
         (levels,) = json.loads(path.read_text())["workloads"].values()
         return levels["1"]["metrics"]["output_throughput"]
 
-    args = [*METRICS, "-k", "test_sweep and plain"]
+    args = [*LONGER, "-k", "test_sweep and plain"]
     run(suite, "--llmperf-update", *args).assert_outcomes(passed=2, deselected=4)
     old = plain_c1()
     assert old["n"] == 1

@@ -6,15 +6,13 @@ import json
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, run
+from .conftest import RELAXED_CLIENT_CHECK, SUITE, run, with_sweep
 
 # Each launch 15 % faster or slower (sd), levels 1, 4, 16 in one launch each.
 NOISY = "--sim-launch-speed-sd 0.15 --sim-seed 3"
 ARGS = [
     "--llmperf-levels", "1,4,16",
     "--llmperf-output-len", "64",
-    "--llmperf-metrics", "output_throughput",
-    "--llmperf-adjust", "launch",
     "-k", "test_sweep and plain",
 ]  # fmt: skip
 
@@ -22,6 +20,9 @@ ARGS = [
 @pytest.fixture(autouse=True)
 def _relaxed(suite):
     suite.makeconftest(RELAXED_CLIENT_CHECK)
+    suite.makefile(
+        ".toml", llmperf=with_sweep(SUITE, 'metrics = ["output_throughput"]', 'adjust = "launch"')
+    )
 
 
 def test_recording_measures_whole_sweeps_per_launch(suite):

@@ -128,11 +128,11 @@ def test_policy_from_the_settings_defaults_is_todays_policy() -> None:
     from pytest_llmperf.verdicts.validity import policy_from_settings
 
     assert policy_from_settings(lambda n: SETTINGS_BY_NAME[n].default) == ValidityPolicy()
-    env = {"LLMPERF_LENGTH_SLACK": "2%", "LLMPERF_MAX_FAILED": "3", "LLMPERF_CPU_LIMIT": "150"}
-    p = policy_from_settings(lambda n: resolve(n, environ=env))
+    sweep = {"length_slack": "2%", "max_failed": 3, "cpu_limit": 150}
+    p = policy_from_settings(lambda n: resolve(n, environ={}, suite=sweep))
     assert (p.length_tolerance, p.max_failed, p.cpu_percent_limit) == (0.02, 3, 150.0)
-    assert resolve("length_slack", environ={"LLMPERF_LENGTH_SLACK": "0"}) == 0.0
-    assert resolve("openai_extensions", cli="off") is False
+    assert resolve("length_slack", environ={}, suite={"length_slack": "0"}) == 0.0
+    assert resolve("openai_extensions", marker={"openai_extensions": "off"}) is False
 
 
 def test_a_lagging_idle_client_was_starved_not_the_bottleneck() -> None:
@@ -150,7 +150,7 @@ def test_a_lagging_idle_client_was_starved_not_the_bottleneck() -> None:
     )
     (reason,) = check_level(lv.model_copy(update={"client": client}), WORKLOAD)
     assert reason.startswith("the load generator was starved of CPU (event-loop lag p99 19.0 ms")
-    assert "only 2 % of a core" in reason and "--llmperf-loop-lag-limit" in reason
+    assert "only 2 % of a core" in reason and "loop_lag_limit in [sweep]" in reason
     assert "bottleneck" not in reason and "client processes" not in reason
 
 
