@@ -160,7 +160,8 @@ def test_crashing_xdist_worker_leaves_no_server(pytester: pytest.Pytester, tmp_p
             )
             assert len(servers) == 2
             victim, survivor = servers
-            worker = psutil.Process(victim.ppid())
+            keeper = psutil.Process(victim.ppid())  # the launch's keeper (its subreaper)
+            worker = psutil.Process(keeper.ppid())
             assert worker.ppid() == proc.pid  # the xdist worker that launched it
             t0 = time.monotonic()
             worker.kill()
