@@ -90,8 +90,10 @@ def watchdogs_of(pid: int) -> list[psutil.Process]:
     return out
 
 
-def start(pytester: pytest.Pytester, output: IO[bytes], *args: str) -> subprocess.Popen[bytes]:
-    pytester.makefile(".toml", llmperf=TWO_SERVERS)
+def start(
+    pytester: pytest.Pytester, output: IO[bytes], *args: str, suite: str = TWO_SERVERS
+) -> subprocess.Popen[bytes]:
+    pytester.makefile(".toml", llmperf=suite)
     pytester.makepyfile(test_perf=SWEEP_TEST)
     return subprocess.Popen(
         [sys.executable, "-c", PYTEST, *LONG, *args],
