@@ -16,7 +16,6 @@ import importlib.util
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -26,11 +25,12 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+import psutil
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.results import Mode
 from pytest_llmperf.core.server_probe import ServerKind
-from pytest_llmperf.launch import reaper
+from pytest_llmperf.launch import keeper, reaper
 from pytest_llmperf.launch.gpus import visible_devices_value
 from pytest_llmperf.launch.hardware import safe_key
 from pytest_llmperf.launch.ports import PortClaim, claim_port, port_is_free
@@ -64,6 +64,9 @@ __all__ = [
 
 
 PORT_ATTEMPTS = 3
+_SETTLE_LOOKS = 5
+_SETTLE_PAUSE_S = 0.1
+_DAEMON_ANSWER_WAIT_S = 10.0
 TAIL_LINES_IN_ERRORS = 30
 _PORT_TAKEN_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 _OWNED_FLAGS = ("--host", "--port", "--model-path", "--model", "--api-key")
@@ -165,6 +168,22 @@ def _command(proc: object) -> str:
         return "?"
 
 
+def _left_running(proc: keeper.Kept, tag: str) -> list[psutil.Process]:
+    """What a launch still runs after its command exited: the keeper's other descendants
+    (daemons, whatever their environment) and processes carrying the launch's tag.
+
+    A daemon's double fork is caught mid-way (its middle process just exited, its child not
+    yet re-parented), so the tree is looked at a few times over a short while."""
+    found: dict[int, psutil.Process] = {}
+    for i in range(_SETTLE_LOOKS):
+        if i:
+            time.sleep(_SETTLE_PAUSE_S)
+        found.update((p.pid, p) for p in [*reaper.descendants(proc.pid), *reaper.tagged(tag)])
+    found.pop(proc.pid, None)
+    found.pop(proc.leader_pid, None)
+    return [p for p in found.values() if reaper.is_running(p)]
+
+
 def live_servers() -> list[ServerHandle]:
     """Servers launched by this process and not yet stopped."""
     return [h for h in reaper.live() if isinstance(h, ServerHandle)]
@@ -186,7 +205,7 @@ class ServerHandle:
         mode: Mode,
         config: ServerConfig | None,
         api_key: str | None,
-        proc: subprocess.Popen[bytes] | None = None,
+        proc: keeper.Kept | None = None,
         log_path: Path | None = None,
         argv: list[str] | None = None,
         gpu_ids: list[int] | None = None,
@@ -219,8 +238,8 @@ class ServerHandle:
 
     @property
     def pid(self) -> int | None:
-        """The server process (group leader) pid; None when attached."""
-        return self._proc.pid if self._proc is not None else None
+        """The server process pid (the command launched); None when attached."""
+        return self._proc.leader_pid if self._proc is not None else None
 
     @property
     def argv(self) -> list[str]:
@@ -260,7 +279,11 @@ class ServerHandle:
             try:
                 if proc is not None:
                     grace = self.grace_s if grace_s is None else grace_s
-                    self.exit_code = stop_group(proc, grace, self._tag)
+                    # The keeper leads the group; its tree holds everything the launch started.
+                    keeper_code = stop_group(proc.keeper, grace, self._tag)
+                    leader_code = proc.poll()
+                    proc.close()
+                    self.exit_code = keeper_code if leader_code is None else leader_code
                     WATCHDOG.send({"op": "remove", "pgid": proc.pid})
                     if self.log_path is not None:
                         for secret in self._secrets:
@@ -431,15 +454,7 @@ def launch(
             log.flush()
             t_spawn = time.monotonic()
             try:
-                proc = subprocess.Popen(
-                    argv,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                proc = keeper.start(argv, env=env, stdout=log)
             except OSError as exc:
                 where = (
                     ".command[0]" if own_command else ".python" if argv[0] == config.python else ""
@@ -477,9 +492,15 @@ def launch(
         tail = handle.log_tail(TAIL_LINES_IN_ERRORS)
         port_taken = any(m in tail.lower() for m in _PORT_TAKEN_MARKERS)
         # A command that daemonizes its server exits while the server it forked runs on.
+        left = [] if rc is None else _left_running(proc, tag)
         answering = rc is not None and not port_taken and _answers(host, chosen)
-        # after the port check: a daemon forked just before the command exited is up by now
-        left = [] if rc is None else [p for p in reaper.tagged(tag) if p.pid != proc.pid]
+        # A daemon left running may still be starting: give it a moment to show it serves.
+        settle = time.monotonic() + _DAEMON_ANSWER_WAIT_S
+        while left and not answering and not port_taken and time.monotonic() < settle:
+            time.sleep(_SETTLE_PAUSE_S)
+            answering = _answers(host, chosen)
+            if not any(reaper.is_running(p) for p in left):
+                break
         left_text = ", ".join(f"pid {p.pid} ({_command(p)})" for p in left)
         handle.close(grace_s=grace_s)
         if rc is not None and rc != 0 and port_taken and port is None and attempt < PORT_ATTEMPTS:

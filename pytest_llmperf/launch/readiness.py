@@ -13,7 +13,7 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import psutil
@@ -30,6 +30,20 @@ from pytest_llmperf.launch.reaper import descendants
 __all__ = ["HEALTH_ROUTES", "discover", "http_client", "listens_on", "poll_ready"]
 
 POLL_INTERVAL_S = 0.3
+
+
+class Process(Protocol):
+    """What polling needs of a launched server: ``pid`` (the root of its process tree) and
+    the command's exit status (``subprocess.Popen`` or a ``keeper.Kept``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 _PROBE_TIMEOUT_S = 10.0
 
 
@@ -40,7 +54,7 @@ def http_client(url: str, api_key: str | None) -> httpx.Client:
     return control_http.sync_client(api_key=api_key, read_timeout_s=_PROBE_TIMEOUT_S)
 
 
-def listens_on(proc: subprocess.Popen[bytes], port: int | None) -> bool:
+def listens_on(proc: Process, port: int | None) -> bool:
     """Whether the server's own process tree listens on ``port`` (True if we cannot tell)."""
     if port is None:
         return True
@@ -82,7 +96,7 @@ def poll_ready(
     client: httpx.Client,
     url: str,
     deadline: float,
-    proc: subprocess.Popen[bytes] | None,
+    proc: Process | None,
     routes: Sequence[str] = HEALTH_ROUTES,
 ) -> tuple[str | None, str]:
     """Poll until one of ``routes`` answers 200, the process exits, or the deadline.

@@ -12,7 +12,10 @@ Why it is built this way:
   process) holds the read end of a pipe whose write end only the launching process holds; EOF,
   or being re-parented, means the parent died, and the watchdog stops the registered groups.
   This covers the server's grandchildren too, unlike ``PR_SET_PDEATHSIG`` (which is per thread
-  and per direct child).
+  and per direct child). A launch's group leader is its keeper (``keeper``), whose tree holds
+  every process the launch started, daemons included; the watchdog also snapshots those trees
+  every half second, so what a killed keeper left behind is still stopped (psutil checks the
+  creation time, so a reused pid is never hit).
 - SGLang prints its server args (API key included) at startup, so a log file is scrubbed of every
   known secret when the server stops (by us or by the watchdog).
 """
@@ -43,6 +46,7 @@ __all__ = [
     "Stoppable",
     "descendants",
     "install_cleanup_signal_handlers",
+    "is_running",
     "live",
     "redact",
     "register",
@@ -58,6 +62,7 @@ DEFAULT_GRACE_S = 15.0
 # and the watchdog find everything the launch started.
 TAG_ENV_VAR = "LLMPERF_LAUNCH_TAG"
 _KILL_WAIT_S = 5.0
+_SNAPSHOT_INTERVAL_S = 0.5
 _REDACTED = "***"
 
 
@@ -96,15 +101,16 @@ def _group_members(pgid: int) -> list[psutil.Process]:
     return members
 
 
+def is_running(p: psutil.Process) -> bool:
+    """Still the same process (pid not reused) and not a zombie."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            continue
-    return out
+    return [p for p in procs if is_running(p)]
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -180,8 +186,17 @@ def _watchdog_main() -> None:
     groups: dict[int, dict[str, Any]] = {}
     buf = b""
     fd = sys.stdin.fileno()
+    # Every launch's tree as last seen (pid -> process, whose create_time psutil checks
+    # before signalling): what a killed keeper left behind is still found.
+    seen: dict[int, psutil.Process] = {}
+    next_snapshot = 0.0
     while os.getppid() == parent:  # bounded by the parent's life: re-parenting ends it
-        ready, _, _ = select.select([fd], [], [], 0.5)
+        if groups and time.monotonic() >= next_snapshot:
+            seen = {p.pid: p for p in _alive(list(seen.values()))}
+            for pgid in groups:
+                seen.update((p.pid, p) for p in descendants(pgid))
+            next_snapshot = time.monotonic() + _SNAPSHOT_INTERVAL_S
+        ready, _, _ = select.select([fd], [], [], _SNAPSHOT_INTERVAL_S)
         if not ready:
             continue
         chunk = os.read(fd, 65536)
@@ -204,7 +219,12 @@ def _watchdog_main() -> None:
         return
 
     def escaped() -> list[psutil.Process]:
-        return [p for m in groups.values() for p in tagged(m.get("tag"))]
+        """Processes of the launches outside their groups: in a keeper's tree now, seen
+        there before, or carrying a launch's tag."""
+        found = {p.pid: p for p in _alive(list(seen.values()))}
+        for pgid, m in groups.items():
+            found.update((p.pid, p) for p in [*descendants(pgid), *tagged(m.get("tag"))])
+        return _alive(list(found.values()))
 
     for pgid in groups:
         _killpg(pgid, signal.SIGTERM)

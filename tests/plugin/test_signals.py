@@ -90,8 +90,10 @@ def watchdogs_of(pid: int) -> list[psutil.Process]:
     return out
 
 
-def start(pytester: pytest.Pytester, output: IO[bytes], *args: str) -> subprocess.Popen[bytes]:
-    pytester.makefile(".toml", llmperf=TWO_SERVERS)
+def start(
+    pytester: pytest.Pytester, output: IO[bytes], *args: str, suite: str = TWO_SERVERS
+) -> subprocess.Popen[bytes]:
+    pytester.makefile(".toml", llmperf=suite)
     pytester.makepyfile(test_perf=SWEEP_TEST)
     return subprocess.Popen(
         [sys.executable, "-c", PYTEST, *LONG, *args],
@@ -160,7 +162,8 @@ def test_crashing_xdist_worker_leaves_no_server(pytester: pytest.Pytester, tmp_p
             )
             assert len(servers) == 2
             victim, survivor = servers
-            worker = psutil.Process(victim.ppid())
+            keeper = psutil.Process(victim.ppid())  # the launch's keeper (its subreaper)
+            worker = psutil.Process(keeper.ppid())
             assert worker.ppid() == proc.pid  # the xdist worker that launched it
             t0 = time.monotonic()
             worker.kill()

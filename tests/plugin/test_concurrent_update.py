@@ -1,0 +1,96 @@
+"""Two pytest sessions updating one baseline directory at once lose nothing.
+
+Two suites in their own directories share a config name ("plain") and a baseline directory;
+they sweep different levels. Older entries (C=4 and C=8, recorded before both started) are
+unused by session "a". Both run with ``--llmperf-update``, started together; "b" measures one
+level and re-records C=4 while "a" (four levels) still runs. "a" must keep that entry (it was
+recorded after its own store opened) and delete C=8; the file must end with every level
+either measured. "b" may be narrowed with ``--llmperf-levels`` (it then deletes nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import FAST, RELAXED_CLIENT_CHECK, SWEEP_TEST, read_json
+
+RUN_TIMEOUT_S = 240
+
+
+def suite_text(levels: list[int]) -> str:
+    return f"""
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[sweep]
+levels = {levels}
+"""
+
+
+def make_suite(root: Path, name: str, levels: list[int]) -> Path:
+    path = root / name
+    path.mkdir()
+    (path / "pytest.ini").write_text("[pytest]\n")  # each directory is its own rootdir
+    (path / "llmperf.toml").write_text(suite_text(levels))
+    (path / "test_perf.py").write_text(SWEEP_TEST)
+    (path / "conftest.py").write_text(RELAXED_CLIENT_CHECK)
+    return path
+
+
+def start(path: Path, baselines: Path, *args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "pytest", *FAST, "-p", "no:cacheprovider"]
+    argv += ["--llmperf-update", "--llmperf-baseline-dir", str(baselines), *args]
+    return subprocess.Popen(
+        argv,
+        cwd=path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return proc.returncode, out
+
+
+def recorded_levels(baselines: Path) -> set[int]:
+    """The levels in the one baseline file of config "plain" (one workload)."""
+    (path,) = baselines.rglob("plain.json")
+    (levels,) = read_json(path)["workloads"].values()
+    return {int(c) for c in levels}
+
+
+@pytest.mark.parametrize("narrowed", [False, True], ids=["both-full", "one-narrowed"])
+def test_two_sessions_updating_one_baseline_dir_at_once_lose_nothing(
+    tmp_path: Path, narrowed: bool
+) -> None:
+    baselines = tmp_path / "baselines"
+    old = make_suite(tmp_path, "old", [4, 8])
+    code, out = finish(start(old, baselines))
+    assert code == 0, out
+    assert recorded_levels(baselines) == {4, 8}
+
+    a = make_suite(tmp_path, "a", [1, 2, 3, 5])
+    b = make_suite(tmp_path, "b", [1, 4] if narrowed else [4])
+    procs = [start(a, baselines), start(b, baselines, *(["--llmperf-levels", "4"] * narrowed))]
+    (code_a, out_a), (code_b, out_b) = [finish(p) for p in procs]
+    assert code_a == 0, out_a
+    assert code_b == 0, out_b
+    # Every level either session measured is in the file; C=8, unused by the un-narrowed
+    # session "a" and recorded before it started, is deleted.
+    assert recorded_levels(baselines) == {1, 2, 3, 4, 5}, (out_a, out_b)
