@@ -1,7 +1,7 @@
 """What an inconclusive or short point tells the user to do.
 
 An attached server (``--llmperf-url``) is never relaunched: advice to "measure more independent
-launches (--llmperf-repeat with --llmperf-relaunch)" cannot be followed there. A real pytest run
+launches (repeat with --llmperf-relaunch)" cannot be followed there. A real pytest run
 attaches to a simulated server started by hand; its baseline is made noisy on purpose (a wide
 spread, a higher mean) so that the point is inconclusive with a margin beyond the tolerance.
 

@@ -1,6 +1,6 @@
 """A server that stalls after the warm-up, end to end: a real pytest run against the simulator.
 
-The idle timeout (``--llmperf-idle-timeout``) ends each stalled request; a level in which no
+The idle timeout (``idle_timeout`` in ``[sweep]``) ends each stalled request; a level in which no
 request completed ends its config's sweep with the reason, and the config's later levels are
 not measured (each would cost the same timeouts again). The healthy config is measured.
 """
@@ -27,6 +27,8 @@ args = []
 
 [sweep]
 levels = [1, 2, 4]
+requests = 2
+idle_timeout = 1
 """
 
 
@@ -53,10 +55,6 @@ def test_a_stalled_server_ends_its_sweep_with_the_reason(
         suite,
         "-v",
         "--llmperf-update",
-        "--llmperf-requests",
-        "2",
-        "--llmperf-idle-timeout",
-        "1",
         "--llmperf-sim-args",
         f"mtp: --sim-fault hang-stream-after-tokens={after}",
     )

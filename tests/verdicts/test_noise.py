@@ -77,7 +77,9 @@ def test_inconclusive_advice_for_an_attached_server_never_says_relaunch() -> Non
         "an attached server is never relaunched, so more samples of it cannot narrow this "
         "margin: widen the tolerance, or restart the server and run the session again"
     )
-    assert attached[1].endswith("repeat on the same server to n=9 samples (--llmperf-repeat 9)")
+    assert attached[1].endswith(
+        "repeat on the same server to n=9 samples (repeat = 9 in [sweep] or the marker)"
+    )
     assert attached[2].endswith(
         "run the session again, or re-record the baseline with more repeats"
     )
