@@ -170,7 +170,11 @@ def _notes(level: LevelResult, point: PointComparison | None, workload: Workload
     if level.failed and level.errors:
         notes.append(f"{level.failed} failed, first: {level.errors[0]}")
     if point is not None:
-        notes.extend(point.invalid_reasons)
+        # The table names the cause; the full sentence (what to do) is in the problems list.
+        reasons = [r.split(": ", 1)[0] for r in point.invalid_reasons]
+        if any(r.startswith("the load generator") for r in reasons):
+            notes = [n for n in notes if not n.startswith("client saturated")]
+        notes.extend(reasons)
         notes.extend(
             f"{m.metric} {100 * m.change:+.1f} %"
             for m in point.metrics

@@ -124,17 +124,21 @@ def summary_line(points: Iterable[BusyPoint], lag_limit_ms: float, fail: bool) -
     loads = [p.system_cpu_percent for p in ps if p.system_cpu_percent is not None]
     cpus = next((p.cpus for p in ps if p.cpus), None)
     load = (
-        f", machine {min(loads):.0f}-{max(loads):.0f} % busy" + (f" on {cpus} CPUs" if cpus else "")
-        if loads
-        else ""
+        f", machine {_span(loads)} % busy" + (f" on {cpus} CPUs" if cpus else "") if loads else ""
     )
     n = len(ps)
     status = "; exit status 1 (--llmperf-invalid=fail)" if fail else " (--llmperf-invalid=skip)"
     return (
         f"machine too busy to measure {n} point{'s' if n != 1 else ''} "
-        f"({', '.join(p.label() for p in ps)}), each tried {min(p.samples for p in ps)}-"
-        f"{max(p.samples for p in ps)} times: other processes held the CPU (load generator "
-        f"loop lag p99 {min(lags):.0f}-{max(lags):.0f} ms, limit {lag_limit_ms:g} ms, while it "
+        f"({', '.join(p.label() for p in ps)}), each tried {_span([p.samples for p in ps])} "
+        f"times: other processes held the CPU (load generator "
+        f"loop lag p99 {_span(lags)} ms, limit {lag_limit_ms:g} ms, while it "
         f"used at most {max(p.client_cpu_percent for p in ps):.0f} % of a core{load}); their "
         f"tests are skipped, undecided{status}. Close other programs and re-run them"
     )
+
+
+def _span(values: list[float] | list[int]) -> str:
+    """``3`` or ``3-5``: a range of measured values, one number when they agree."""
+    lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
+    return lo if lo == hi else f"{lo}-{hi}"
