@@ -178,8 +178,13 @@ def test_launch_through_python_records_then_an_unchanged_run_passes(tmp_path: Pa
         assert level["startup_s"] is not None and level["startup_s"] > 1.0, level["startup_s"]
         assert level["first_request_ms"] is not None and level["first_request_ms"] > 0
     gate = _pytest(tmp_path)
-    assert gate.returncode == 0, _out(gate)
-    assert "2 passed" in gate.stdout, _out(gate)
+    # An unchanged run never fails a verdict. On a box too busy to measure, the starved points
+    # are re-measured, then skipped with the one TOO BUSY line (exit 1), never judged.
+    assert "failed" not in gate.stdout.splitlines()[-1], _out(gate)
+    if gate.returncode != 0:
+        assert "TOO BUSY: machine too busy to measure" in gate.stdout, _out(gate)
+    else:
+        assert "2 passed" in gate.stdout, _out(gate)
 
 
 def test_attach_by_url_with_api_key_sees_the_cap_as_queueing(
