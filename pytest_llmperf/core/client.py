@@ -49,6 +49,7 @@ BACKEND_PATHS: dict[str, str] = {
 # it fails then, not at the deadline. Longer than any decode step or prefill a benchmark sees;
 # the idle_timeout setting changes it.
 IDLE_READ_TIMEOUT_S = DEFAULT_IDLE_TIMEOUT_S
+STALLED = "the stream stalled"  # how a request the idle watchdog ended begins its error
 _JSON_HEADERS = {"content-type": "application/json"}
 
 
@@ -288,7 +289,7 @@ class LoadGenerator:
         except TimeoutError:
             if watch is not None and watch.idle:
                 rec.fail(
-                    f"the stream stalled: no event for {self.idle_timeout_s:g}s after "
+                    f"{STALLED}: no event for {self.idle_timeout_s:g}s after "
                     f"{rec.output_tokens} tokens (idle-read timeout)"
                 )
             else:

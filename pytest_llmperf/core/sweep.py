@@ -34,7 +34,7 @@ from pytest_llmperf.base.results import (
 )
 from pytest_llmperf.core.cache_metrics import hit_rate_between, scrape_cache_counters
 from pytest_llmperf.core.chat_sizing import ChatSizing, ChatSizingError, size_chat_prompts
-from pytest_llmperf.core.client import LoadGenerator
+from pytest_llmperf.core.client import STALLED, LoadGenerator
 from pytest_llmperf.core.context_limit import request_context
 from pytest_llmperf.core.conversations import conversation_loop, ttft_by_turn_ms
 from pytest_llmperf.core.metrics import compute_level
@@ -106,15 +106,34 @@ class _Requests:
     output_len: int
     tracker: _Tracker
 
+    # After this many stalled requests with none completed, the rest of the level is not sent:
+    # a server that stalls every stream would cost an idle timeout per request (0: never).
+    give_up_after: int = 0
+
     def __post_init__(self) -> None:
         self.records: list[RequestRecord | None] = [None] * len(self.bodies)
+        self.stalled = 0
+        self.completed = 0
 
     async def send(self, i: int, t_scheduled: float | None = None) -> None:
+        if self.give_up_after and self.stalled >= self.give_up_after and not self.completed:
+            rec = RequestRecord(
+                index=i,
+                error=f"not sent: every request before it stalled ({self.stalled}) and none "
+                "completed, so the server stalls every stream",
+            )
+            self.records[i] = rec
+            self.tracker.add(rec)
+            return
         body, tokens = self.bodies.take(i)
         rec = await self.gen.request(
             i, "", self.output_len, body=body, prompt_tokens=tokens, t_scheduled=t_scheduled
         )
         self.records[i] = rec
+        if rec.ok:
+            self.completed += 1
+        elif rec.error is not None and rec.error.startswith(STALLED):
+            self.stalled += 1
         self.tracker.add(rec)
 
 
@@ -223,7 +242,9 @@ async def _measure_level(
                 )
             else:
                 assert bodies is not None
-                requests = _Requests(gen, bodies, workload.output_len, tracker)
+                requests = _Requests(
+                    gen, bodies, workload.output_len, tracker, give_up_after=concurrency
+                )
                 if workload.request_rate is None:
                     records = await _closed_loop(requests, concurrency)
                 else:

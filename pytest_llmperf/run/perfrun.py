@@ -495,7 +495,8 @@ class PerfRun:
             if code is None and level.num_requests and not level.completed:
                 # A server that completes nothing (stalled, or refusing every request) would
                 # cost every further level the same timeouts: this config's sweep ends here.
-                first = f": {level.errors[0]}" if level.errors else ""
+                causes = [e for e in level.errors if "not sent: " not in e] or level.errors
+                first = f": {causes[0]}" if causes else ""
                 state.error = (
                     f"config {config!r}: no request completed at C={concurrency}{first}; "
                     "its remaining levels are not measured"
