@@ -194,29 +194,16 @@ class LLMPerfSession:
         return d if d.is_absolute() else self.rootdir / d
 
     def perf_run(self, suite: Suite) -> PerfRun:
-        from pytest_llmperf.run.perfrun import PerfRun
+        from pytest_llmperf.run.perfrun import PerfRun, RunOptions
 
         if self.run is None:
-            s = self.settings
             try:
                 self.run = PerfRun(
-                    suite=suite,
-                    output_dir=self.output_dir,
-                    url=s["url"],
-                    api_key=s["api_key"],
-                    simulate=bool(s["simulate"]),
-                    require_real=bool(s["require_real"]),
-                    sim_profile=s["sim_profile"],
-                    sim_args=s["sim_args"],
-                    launch_timeout_s=s["launch_timeout"],
-                    hardware_override=s["hardware"],
-                    details=bool(s["details"]),
-                    scrape_metrics=bool(s["scrape_metrics"]),
-                    client_processes=int(s["client_processes"]),
+                    suite,
+                    self.output_dir,
+                    RunOptions.from_settings(self.settings, suite.slo),
                     progress=progress_printer(),
                     env=self.environment(),
-                    slo=suite.slo,
-                    relaunch=s["relaunch"],  # noise
                 )
             except ValueError as exc:
                 raise usage_error(str(exc)) from None
