@@ -378,7 +378,7 @@ def launch(
     if config.command is not None:
         simulate = bool(simulate)  # a command server needs no SGLang
     else:
-        # A config's own ``python`` is trusted to have SGLang (checked by its launch). # ab
+        # A config's own ``python`` is trusted to have SGLang (checked by its launch).
         have_sglang = config.python is not None or sglang_available()
         if simulate is None:
             simulate = not have_sglang
@@ -422,7 +422,7 @@ def launch(
             # The key, if any, is the command's business (never substituted into argv here).
             argv = config.launch_argv(host=host, port=chosen)
         else:
-            # ab: a config's ``python`` runs SGLang; the simulator always runs in this interpreter.
+            # A config's ``python`` runs SGLang; the simulator always runs in this interpreter.
             interpreter = config.python if config.python and not simulate else sys.executable
             argv = [interpreter, "-m", module, "--model-path", config.model, *config.args]
             argv += ["--host", host, "--port", str(chosen)]

@@ -1,9 +1,11 @@
-"""pytest glue: options, markers, hooks and fixtures, each a few lines over ``LLMPerfSession``.
+"""pytest glue: options, markers, hooks and the ``llmperf_run`` fixture, each a few lines.
 
 This module is the ``pytest11`` entry point. It holds no measuring or judging logic: the
-session object (``plugin/session.py``) owns the run state, ``run/`` measures and judges, and
-``plugin/checks.py`` turns outcomes into pytest's. Heavy imports happen inside hooks, so having
-the plugin installed costs other suites nothing.
+session state (``plugin/session.py``) is collected by ``plugin/collection.py`` and reported by
+``plugin/reports.py``; each check kind (point, gate, ...) is one module of ``plugin/kinds/``
+with its fixture; ``run/`` measures and judges, and ``plugin/checks.py`` turns outcomes into
+pytest's. Heavy imports happen inside hooks, so having the plugin installed costs other suites
+nothing.
 """
 
 from __future__ import annotations
@@ -14,16 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmperf.plugin.options import record_command
-from pytest_llmperf.plugin.params import (
-    ABParam,
-    CrossoverParam,
-    GateParam,
-    PointParam,
-    SloParam,
-    item_param,
-    marker_kwargs,
-)
 from pytest_llmperf.plugin.session import SESSION, LLMPerfSession, usage_error
 from pytest_llmperf.plugin.warnings import (
     LLMPerfInconclusiveWarning,
@@ -31,22 +23,16 @@ from pytest_llmperf.plugin.warnings import (
     LLMPerfWarning,
 )
 from pytest_llmperf.run.output_dir import output_dir_problem
-from pytest_llmperf.run.settings import SETTINGS, SETTINGS_BY_NAME, SettingError
+from pytest_llmperf.run.settings import SETTINGS, SETTINGS_BY_NAME
 
 if TYPE_CHECKING:
-    from pytest_llmperf.plugin.checks import ABCheck, CrossoverCheck, GateCheck, Point, SloCheck
     from pytest_llmperf.run.perfrun import PerfRun
 
 __all__ = [
     "LLMPerfInconclusiveWarning",
     "LLMPerfStaleBaselineWarning",
     "LLMPerfWarning",
-    "llmperf_ab",
-    "llmperf_crossover",
-    "llmperf_gate",
-    "llmperf_point",
     "llmperf_run",
-    "llmperf_slo",
 ]
 
 
@@ -83,6 +69,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if problem is not None:
         raise usage_error(problem)
     config.stash[SESSION] = llm
+    from pytest_llmperf.plugin.kinds import kind_modules
+
+    for module in kind_modules():  # each kind's fixture lives in its own module
+        if not config.pluginmanager.is_registered(module):
+            config.pluginmanager.register(module, f"llmperf-{module.KIND.name}")
     if config.pluginmanager.hasplugin("xdist"):
         from pytest_llmperf.plugin.xdist import XdistHooks
 
@@ -103,7 +94,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     error = None
     try:
-        _session(metafunc.config).generate_tests(metafunc)
+        from pytest_llmperf.plugin.collection import generate_tests
+
+        generate_tests(_session(metafunc.config), metafunc)
     except pytest.UsageError as exc:
         error = str(exc)
     if error is not None:
@@ -112,53 +105,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(error, pytrace=False)
 
 
-def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
-    """Tag a test id with its xdist group, as xdist's worker does for ``--dist loadgroup``.
-
-    xdist 3.8 assigns ``item._nodeid``, which pytest 9.2 no longer reads (ids became structured
-    ``_id`` objects), so its loadgroup silently degrades to plain load balancing there. The
-    scheduler groups by the text after the last "@".
-    """
-    if hasattr(item, "_id"):
-        from _pytest.nodeid import NodeId  # pytest >= 9.2
-
-        item._id = NodeId.parse(nodeid)
-    else:
-        item._nodeid = nodeid  # type: ignore[attr-defined]
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     """Group llmperf tests per server (one launch each) and pin each group to one xdist worker."""
-    llm = _session(config)
-    slots: list[int] = []
-    perf: list[pytest.Item] = []
-    for i, item in enumerate(items):
-        param = item_param(item)
-        if param is None:
-            continue
-        slots.append(i)
-        perf.append(item)
-        group = llm.group_of(param)
-        item.add_marker(pytest.mark.xdist_group(name=group))
-        if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
-            _set_nodeid(item, f"{item.nodeid}@{group}")
-    ordered = sorted(perf, key=lambda it: llm.sort_key(item_param(it)))  # type: ignore[arg-type]
-    for slot, item in zip(slots, ordered, strict=True):
-        items[slot] = item
+    from pytest_llmperf.plugin.collection import order_items
+
+    order_items(_session(config), config, items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Tell the baseline store what was selected, so only those entries can be 'unused'."""
     is_worker = hasattr(session.config, "workerinput")
-    _session(session.config).select_baselines(session.items, is_worker)
+    from pytest_llmperf.plugin.collection import select_baselines
+
+    select_baselines(_session(session.config), session.items, is_worker)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    from pytest_llmperf.plugin.reports import header_lines
+
     llm = config.stash.get(SESSION, None)
-    return None if llm is None else llm.header_lines(config)
+    return None if llm is None else header_lines(llm, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -176,7 +145,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from pytest_llmperf.plugin.xdist import merge_payloads
 
         merge_payloads(llm)
-    llm.finish(session)
+    from pytest_llmperf.plugin.reports import finish
+
+    finish(llm, session)
     from pytest_llmperf.plugin.busy import busy_exit_status
 
     busy_exit_status(llm, session)
@@ -185,30 +156,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
+    from pytest_llmperf.plugin.reports import has_results, summary_lines
+
     llm = config.stash.get(SESSION, None)
-    if llm is None or not (
-        llm.sweeps or llm.gates or llm.sweep_checks or llm.unmeasured or llm.ab_points  # ab
-    ):
+    if llm is None or not has_results(llm):
         return
     terminalreporter.write_sep("=", "llmperf")
     from pytest_llmperf.plugin.busy import busy_line
 
-    for line in llm.summary_lines() + busy_line(llm):
+    for line in summary_lines(llm) + busy_line(llm):
         terminalreporter.write_line(line)
 
 
 # ----------------------------------------------------------------------------- fixtures
-
-
-def _properties(request: pytest.FixtureRequest) -> Any:
-    return request.node.user_properties.extend
-
-
-def _settings_for(request: pytest.FixtureRequest) -> tuple[LLMPerfSession, Any, dict[str, Any]]:
-    llm = _session(request.config)
-    suite = llm.suites[request.param.suite_path]
-    llm.perf_run(suite)
-    return llm, suite, marker_kwargs(request.node)
 
 
 @pytest.fixture(scope="session")
@@ -221,145 +181,3 @@ def llmperf_run(request: pytest.FixtureRequest) -> PerfRun:
     run = llm.perf_run(suite)
     request.addfinalizer(run.close)
     return run
-
-
-@pytest.fixture
-def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point:
-    """One (config, concurrency) point, measured once per session however many tests use it."""
-    from pytest_llmperf.plugin.checks import Point
-
-    param: PointParam = request.param
-    llm, suite, marker = _settings_for(request)
-    where = request.node.nodeid
-
-    def get(name: str) -> Any:
-        return llm.effective(suite, marker, name, where)
-
-    try:
-        point = Point(
-            config=param.config,
-            concurrency=param.concurrency,
-            workload=llm.workload(suite, marker, where, param.config),
-            run=llmperf_run,
-            store=llm.store,
-            repeat=get("repeat"),
-            max_reruns=get("max_reruns"),
-            baseline_repeat=get("baseline_repeat"),  # noise
-            metrics=get("metrics"),
-            tolerances=get("tolerance"),
-            update=bool(llm.settings["update"]),
-            rerecord=bool(llm.settings["rerecord"]),
-            adjust=get("adjust"),
-            levels=get("levels"),
-            invalid_policy=llm.settings["invalid"],
-            policy=llm.validity_policy(suite, marker, where),
-            nodeid=where,
-            record_command=record_command(request.config, where),
-            on_properties=_properties(request),
-            on_compared=lambda pc: llm.points.setdefault(pc.config, []).append(pc),
-            on_invalid=llm.invalid.append,
-            on_judgement=llm.checks.append,
-            on_busy=llm.busy.append,
-        )
-    except SettingError as exc:
-        raise usage_error(str(exc)) from None
-    point.measure()
-    return point
-
-
-@pytest.fixture
-def llmperf_gate(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> GateCheck:
-    """One cross-config gate at one concurrency, e.g. mtp ≥ 1.1 × plain at C=4."""
-    from pytest_llmperf.plugin.checks import GateCheck
-
-    param: GateParam = request.param
-    llm, suite, marker = _settings_for(request)
-    gate = suite.gates[param.gate_index]
-    return GateCheck(
-        gate=gate,
-        concurrency=param.concurrency,
-        workload=llm.workload(suite, marker, request.node.nodeid, gate.config),
-        run=llmperf_run,
-        on_properties=_properties(request),
-        on_result=llm.gates.append,
-        invalid_policy=llm.settings["invalid"],
-        policy=llm.validity_policy(suite, marker, request.node.nodeid),
-        adjust=llm.effective(suite, marker, "adjust", request.node.nodeid),
-        levels=llm.effective(suite, marker, "levels", request.node.nodeid),
-        store=llm.store,
-        nodeid=request.node.nodeid,
-        on_judgement=llm.checks.append,
-        on_busy=llm.busy.append,
-        max_reruns=llm.effective(suite, marker, "max_reruns", request.node.nodeid),
-    )
-
-
-def _sweep_check_kwargs(request: pytest.FixtureRequest, run: PerfRun) -> dict[str, Any]:
-    """What every whole-sweep check (crossover, SLO) needs: its levels, workload and store."""
-    llm, suite, marker = _settings_for(request)
-    where = request.node.nodeid
-    return {
-        "levels": llm.effective(suite, marker, "levels", where),
-        "workload": llm.workload(suite, marker, where),
-        "run": run,
-        "store": llm.store,
-        "update": bool(llm.settings["update"]),
-        "rerecord": bool(llm.settings["rerecord"]),
-        "nodeid": where,
-        "record_command": record_command(request.config, where),
-        "on_properties": _properties(request),
-        "on_result": llm.sweep_checks.append,
-        "policy": llm.validity_policy(suite, marker, where),
-        "on_busy": llm.busy.append,
-    }
-
-
-@pytest.fixture
-def llmperf_slo(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> SloCheck:
-    """The largest swept C whose level meets the suite's [slo], held to its baseline."""
-    from pytest_llmperf.plugin.checks import SloCheck
-
-    param: SloParam = request.param
-    suite = _session(request.config).suites[param.suite_path]
-    kwargs = _sweep_check_kwargs(request, llmperf_run)
-    return SloCheck(config_name=param.config, slo=suite.slo, **kwargs)
-
-
-@pytest.fixture
-def llmperf_crossover(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> CrossoverCheck:
-    """The largest C where a config still beats its reference, held to its baseline."""
-    from pytest_llmperf.plugin.checks import CrossoverCheck
-
-    param: CrossoverParam = request.param
-    suite = _session(request.config).suites[param.suite_path]
-    kwargs = _sweep_check_kwargs(request, llmperf_run)
-    llm, _, marker = _settings_for(request)
-    max_reruns = llm.effective(suite, marker, "max_reruns", request.node.nodeid)
-    return CrossoverCheck(
-        spec=suite.crossovers[param.index],
-        max_reruns=max_reruns,
-        on_judgement=llm.checks.append,
-        **kwargs,
-    )
-
-
-@pytest.fixture
-def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:  # ab
-    """One ``[[compare]]`` at one level: candidate vs reference over paired, interleaved rounds."""
-    from pytest_llmperf.plugin.ab import ab_run
-    from pytest_llmperf.plugin.checks import ABCheck
-
-    param: ABParam = request.param
-    llm, suite, marker = _settings_for(request)
-    where = request.node.nodeid
-    spec = suite.compares[param.index]
-    levels = llm.effective(suite, marker, "levels", where)
-    workload = llm.workload(suite, marker, where, spec.reference)
-    return ABCheck(
-        ab=ab_run(llm, param, workload, levels, llm.validity_policy(suite, marker, where)),
-        concurrency=param.concurrency,
-        invalid_policy=llm.settings["invalid"],
-        on_result=llm.ab_points.append,
-        on_invalid=llm.invalid.append,
-        on_properties=_properties(request),
-    )

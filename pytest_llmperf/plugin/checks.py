@@ -1,8 +1,8 @@
-"""The objects a perf test gets from the fixtures, with pytest's outcomes.
+"""pytest's outcomes for the objects a perf test gets from the kinds' fixtures.
 
-The judging lives in ``run/checks.py`` and ends in an ``Outcome``; here it becomes
-``pytest.fail`` / ``pytest.skip`` / a warning, secrets masked. ``__tracebackhide__`` keeps the
-traceback at the user's test line, not inside the plugin.
+The judging lives in ``run/`` (``checks``, ``sweep_checks``, ``ab``) and ends in an
+``Outcome``; here it becomes ``pytest.fail`` / ``pytest.skip`` / a warning, secrets masked.
+``__tracebackhide__`` keeps the traceback at the user's test line, not inside the plugin.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.plugin.warnings import warn
 from pytest_llmperf.report.tables import redact
-from pytest_llmperf.run import ab, checks, sweep_checks
 from pytest_llmperf.run.checks import Outcome
 
 T = TypeVar("T")
@@ -27,7 +26,7 @@ def _fail(message: str) -> NoReturn:
     pytest.fail(redact(message), pytrace=False)
 
 
-def _call(fn: Callable[[], T]) -> T:
+def call(fn: Callable[[], T]) -> T:
     """Run one step of a check; a measuring or baseline error fails the test in one sentence."""
     __tracebackhide__ = True
     error = None
@@ -49,57 +48,28 @@ def enact(outcome: Outcome) -> None:
         warn(kind, redact(message))
 
 
-class Point(checks.PointCheck):
-    """One (config, concurrency) point: ``.result``, ``.samples``, ``.assert_baseline()``."""
-
-    def measure(self) -> None:
-        __tracebackhide__ = True
-        _call(super().measure)
-
-    def assert_baseline(self) -> None:
-        """Fail when a gated metric regressed beyond tolerance and beyond noise."""
-        __tracebackhide__ = True
-        enact(_call(self.judge))
-
-
-class _ComparisonAsserts(Generic[R]):
+class ComparisonAsserts(Generic[R]):
     """``.evaluate()`` and ``.check()`` for a comparison of two configs (gate, A/B)."""
 
     def evaluate(self) -> R:
         __tracebackhide__ = True
-        return _call(super().evaluate)  # type: ignore[misc]
+        return call(super().evaluate)  # type: ignore[misc]
 
     def check(self) -> None:
         """Fail with a sentence saying where, by how much and why the comparison is not met;
         warn when it is inconclusive."""
         __tracebackhide__ = True
-        enact(_call(self.judge))  # type: ignore[attr-defined]
+        enact(call(self.judge))  # type: ignore[attr-defined]
 
 
-class GateCheck(_ComparisonAsserts[checks.GateResult], checks.GateCheck):
-    """One cross-config gate at one concurrency: ``.check()``, ``.evaluate()``."""
-
-
-class _SweepAsserts:
+class SweepAsserts:
     """``.measure()`` and ``.assert_baseline()`` for a whole-sweep check (crossover, SLO)."""
 
     def measure(self) -> int:
         __tracebackhide__ = True
-        return _call(super().measure)  # type: ignore[misc]
+        return call(super().measure)  # type: ignore[misc]
 
     def assert_baseline(self) -> None:
         """Fail when the number fell below its baseline; warn when it rose (stale)."""
         __tracebackhide__ = True
-        enact(_call(self.judge))  # type: ignore[attr-defined]
-
-
-class CrossoverCheck(_SweepAsserts, sweep_checks.CrossoverCheck):
-    """The largest C where a config still beats its reference: ``.assert_baseline()``."""
-
-
-class SloCheck(_SweepAsserts, sweep_checks.SloCheck):
-    """The largest swept C within the suite's SLO: ``.assert_baseline()``."""
-
-
-class ABCheck(_ComparisonAsserts[ab.ABPoint], ab.ABCheck):  # ab
-    """One ``[[compare]]`` at one level: ``.check()``, ``.evaluate()``."""
+        enact(call(self.judge))  # type: ignore[attr-defined]

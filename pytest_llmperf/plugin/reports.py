@@ -1,56 +1,172 @@
-"""The session's reports (results files, the step summary, plots, ab.json), written after
-the baselines: one that cannot be written is a warning naming it, never the session's end.
+"""The session's reporting: the header, the baselines flushed once, the files (results, one
+step summary, plots, each kind's own), the terminal summary and the exit status.
 
-They name only what they read of the session (``SessionResults``), so the session imports
-them and they do not import the session."""
+Files are written after the baselines: one that cannot be written is a warning naming it,
+never the session's end. Each check kind adds its own lines and files (``plugin/kinds/``).
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_llmperf.plugin.kinds import kinds
+from pytest_llmperf.plugin.options import client_text
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import SweepResult
-    from pytest_llmperf.report.ab_table import ABPoint
-    from pytest_llmperf.report.results_file import Judgement
-    from pytest_llmperf.run.checks import SweepCheckResult
-    from pytest_llmperf.run.suite import Suite
-    from pytest_llmperf.verdicts.baseline import BaselineStore
-    from pytest_llmperf.verdicts.compare import PointComparison
-    from pytest_llmperf.verdicts.gates import GateResult
+    from pytest_llmperf.plugin.session import LLMPerfSession
 
 
-class SessionResults(Protocol):
-    """What the reports read of the session (``LLMPerfSession``)."""
-
-    settings: dict[str, Any]
-    suites: dict[Path, Suite]
-    sweeps: list[SweepResult]
-    points: dict[str, list[PointComparison]]
-    gates: list[GateResult]
-    sweep_checks: list[SweepCheckResult]
-    checks: list[Judgement]
-    ab_points: list[ABPoint]
-
-    @property
-    def output_dir(self) -> Path: ...
-
-    @property
-    def store(self) -> BaselineStore: ...
-
-    @property
-    def has_store(self) -> bool: ...
-
-    def safe_hardware(self, config: str) -> str: ...
+# -- the start of the session ------------------------------------------------------------------
 
 
-def write_reports(self: SessionResults) -> list[str]:
-    """results.json, the step summary, plots, ab.json: one that cannot be written is a
-    warning naming it (and a summary line); the others are still written."""
-    from pytest_llmperf.report.tables import markdown_summary
+def header_lines(llm: LLMPerfSession, config: pytest.Config) -> list[str] | None:
+    """Everything needed to reproduce the run: server mode, URL, hardware, levels, workload."""
+    s = llm.settings
+    args = [a for a in config.args if not a.startswith("-")] or [str(llm.rootdir)]
+    first = Path(args[0]).resolve() if Path(args[0]).exists() else llm.rootdir
+    path = llm.suite_path(first)
+    if path is None:
+        return None
+    try:
+        suite = llm.suite(path)
+    except pytest.UsageError:
+        return None  # reported properly at collection
+    run = llm.perf_run(suite)
+    lines = [f"llmperf: suite {path}"]
+    for cfg in suite.servers:
+        try:
+            mode = run.mode_for(cfg.name)
+        except Exception as exc:  # e.g. --llmperf-require-real without SGLang
+            lines.append(f"llmperf: server {cfg.name}: {exc}")
+            continue
+        where = run.url_for(cfg.name) if mode == "attached" else "launched on a free port"
+        extra = f", profile {run.sim_profile_for(cfg)}" if mode == "simulated" else ""
+        lines.append(
+            f"llmperf: server {cfg.name}: {mode.upper()} ({where}{extra}), model {cfg.model}, "
+            f"hardware key {run.hardware_for(cfg.name)}"
+        )
+        workers = getattr(config.option, "numprocesses", None)
+        workers = workers if isinstance(workers, int) and workers > 0 else None
+        lines.append(f"llmperf:   {run.gpu_text(cfg.name, workers)}")
+    if any(run.mode_for(c.name) == "simulated" for c in suite.servers if not s["require_real"]):
+        lines.append(
+            "llmperf: NOTE: SGLang is not in use; the numbers come from the SIMULATED server "
+            "(pass --llmperf-require-real on GPU runners)"
+        )
+    levels = llm.effective(suite, {}, "levels", "the command line, environment, ini or [sweep]")
+    # the first server's workload: for an attached server that is not SGLang the backend
+    # it takes (the header said "sglang-..." against llama-server's OpenAI API)
+    first_config = suite.servers[0].name if suite.servers else None
+    wl = llm.workload(suite, {}, "the command line, environment, ini or [sweep]", first_config)
+    lines.append(
+        f"llmperf: levels {','.join(map(str, levels))}; workload {wl.key()} seed={wl.seed}; "
+        f"client {client_text(int(s['client_processes']))}; baselines {llm.store.directory}"
+        + ("; UPDATING baselines" if s["update"] else "")
+    )
+    return lines
 
-    out = self.output_dir
+
+# -- the end of the session --------------------------------------------------------------------
+
+
+def finish(llm: LLMPerfSession, session: pytest.Session) -> None:
+    """Flush baselines once (first: a report that cannot be written must not cost the
+    recordings), fail the session on unused entries, write the reports, decide the exit status."""
+    order = [s.name for suite in llm.suites.values() for s in suite.servers]
+    llm.sweeps.sort(key=lambda s: order.index(s.config) if s.config in order else len(order))
+    _flush_baselines(llm, session)
+    llm.report_errors += write_reports(llm)
+    if llm.settings["bisect"]:
+        session.exitstatus = bisect_status(llm, session)
+
+
+def bisect_status(llm: LLMPerfSession, session: pytest.Session) -> int:
+    """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did
+    not start, a level was invalid), 1 on a regression or any failed test, else 0."""
+    from pytest_llmperf.verdicts.compare import Verdict
+
+    if llm.unmeasured or llm.invalid:
+        return 125
+    verdicts = [p.verdict for ps in llm.points.values() for p in ps]
+    verdicts += [g.verdict for g in llm.gates]
+    failed = Verdict.FAIL in verdicts or any(r.verdict == "fail" for r in llm.sweep_checks)
+    return 1 if failed or session.testsfailed else 0
+
+
+def _flush_baselines(llm: LLMPerfSession, session: pytest.Session) -> None:
+    from pytest_llmperf.verdicts.baseline import BaselineFileError
+
+    if not llm.has_store:
+        return
+    store = llm.store
+    update = bool(llm.settings["update"])
+    try:
+        unused = store.unused()
+        report = store.flush(delete_unused=update)
+    except BaselineFileError as exc:
+        # Already reported by the tests that read the file; never lose the session to it.
+        llm.baseline_lines = [f"not written: {exc}"]
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    lines: list[str] = list(store.replaced)
+    lines += [report.summary()] if (report.files or update) else []
+    lines += [f"not written: {e}" for e in report.errors]
+    if report.errors and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if unused and not update:
+        warn_only = bool(llm.settings["warn_unused"])
+        lines.append(
+            f"{len(unused)} baseline entr{'y' if len(unused) == 1 else 'ies'} unused: "
+            + ", ".join(k.label() for k in unused[:10])
+            + ("" if len(unused) <= 10 else ", ...")
+            + ". Re-run with --llmperf-update to delete them"
+            + ("." if warn_only else " (or --llmperf-warn-unused to only warn).")
+        )
+        if not warn_only and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    llm.baseline_lines = lines
+
+
+def has_results(llm: LLMPerfSession) -> bool:
+    """Whether the session has anything to summarize (an xdist controller only merged it)."""
+    kind_fields = {f for k in kinds() for f in k.payload}
+    own = any(getattr(llm, f) for f in kind_fields) or any(llm.kind_results.values())
+    return bool(llm.sweeps or llm.unmeasured or own)
+
+
+def summary_lines(llm: LLMPerfSession) -> list[str]:
+    """The terminal summary: tables, whole-sweep checks, each kind's lines, invalid levels,
+    baselines."""
+    from pytest_llmperf.report.tables import render_run
+
+    lines = render_run(llm.sweeps, llm.points, llm.gates).splitlines()
+    for r in llm.sweep_checks:
+        lines.append(f"{r.label}: C={r.value} (baseline {r.baseline}) {r.verdict}")
+    for kind in kinds():
+        lines += kind.summary_lines(llm)
+    lines += [f"INVALID: {line}" for line in llm.invalid]
+    lines += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
+    lines += [f"baselines: {line}" for line in llm.baseline_lines]
+    lines += [f"WARNING: {line}" for line in llm.report_errors]
+    lines.append(f"results: {llm.output_dir / 'results.json'}")
+    if llm.settings["plots"]:
+        lines.append(f"plots: {llm.output_dir / 'plots'}")
+    return lines
+
+
+# -- the files ---------------------------------------------------------------------------------
+
+
+def write_reports(llm: LLMPerfSession) -> list[str]:
+    """results.json, the step summary, plots, each kind's own files: one that cannot be
+    written is a warning naming it (and a summary line); the others are still written."""
+    out = llm.output_dir
     errors: list[str] = []
 
     def attempt(what: str, write: Any) -> None:
@@ -66,48 +182,60 @@ def write_reports(self: SessionResults) -> list[str]:
 
             warnings.warn(LLMPerfWarning(f"pytest-llmperf: {msg}"), stacklevel=1)
 
-    if self.sweeps:
-        attempt(f"results {out / 'results.json'}", lambda: _write_results(self, out))
-        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary_path:
+    if llm.sweeps:
+        attempt(f"results {out / 'results.json'}", lambda: _write_results(llm, out))
+        if llm.settings["plots"]:
+            attempt(f"plots {out / 'plots'}", lambda: _write_plots(llm, out / "plots"))
+    for kind in kinds():
+        for what, write in kind.reports(llm):
+            attempt(what, write)
+    parts = step_summary(llm)
+    summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path and parts:
 
-            def step_summary() -> None:
-                with open(summary_path, "a", encoding="utf-8") as fh:
-                    fh.write(markdown_summary(self.sweeps, self.points, self.gates) + "\n")
+        def append() -> None:
+            with open(summary_path, "a", encoding="utf-8") as fh:
+                fh.write("".join(part + "\n" for part in parts))
 
-            attempt(f"step summary GITHUB_STEP_SUMMARY={summary_path}", step_summary)
-        if self.settings["plots"]:
-            attempt(f"plots {out / 'plots'}", lambda: _write_plots(self, out / "plots"))
-    if self.ab_points:  # ab: ab.json and its Markdown table
-        from pytest_llmperf.plugin.ab import write_ab
-
-        attempt(f"A/B report in {out}", lambda: write_ab(self.ab_points, out))
+        attempt(f"step summary GITHUB_STEP_SUMMARY={summary_path}", append)
     return errors
 
 
-def _write_results(self: SessionResults, out: Path) -> None:
+def step_summary(llm: LLMPerfSession) -> list[str]:
+    """The Markdown parts of ``$GITHUB_STEP_SUMMARY``: the sweeps' tables, then each kind's."""
+    from pytest_llmperf.report.tables import markdown_summary
+
+    parts = [markdown_summary(llm.sweeps, llm.points, llm.gates)] if llm.sweeps else []
+    for kind in kinds():
+        part = kind.markdown(llm)
+        if part is not None:
+            parts.append(part)
+    return parts
+
+
+def _write_results(llm: LLMPerfSession, out: Path) -> None:
     """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
     from pytest_llmperf.report.results_file import RunFile, save_run
 
     by_hw: dict[str, list[SweepResult]] = {}
-    for sweep in self.sweeps:
-        by_hw.setdefault(self.safe_hardware(sweep.config), []).append(sweep)
+    for sweep in llm.sweeps:
+        by_hw.setdefault(llm.safe_hardware(sweep.config), []).append(sweep)
     out.mkdir(parents=True, exist_ok=True)
     for i, (hw, sweeps) in enumerate(sorted(by_hw.items())):
         name = "results.json" if i == 0 else f"results-{hw}.json"
-        checks = [j for j in self.checks if self.safe_hardware(j.config) == hw]
+        checks = [j for j in llm.checks if llm.safe_hardware(j.config) == hw]
         save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
 
 
-def _write_plots(self: SessionResults, directory: Path) -> None:
+def _write_plots(llm: LLMPerfSession, directory: Path) -> None:
     from pytest_llmperf.plugin.plots import write_plots
 
     write_plots(
         directory,
-        self.sweeps,
-        self.points,
-        self.sweep_checks,
-        [c for suite in self.suites.values() for c in suite.crossovers],
-        self.safe_hardware,
-        lambda key: self.store.get(key, mark_used=False) if self.has_store else None,
+        llm.sweeps,
+        llm.points,
+        llm.sweep_checks,
+        [c for suite in llm.suites.values() for c in suite.crossovers],
+        llm.safe_hardware,
+        lambda key: llm.store.get(key, mark_used=False) if llm.has_store else None,
     )

@@ -17,22 +17,38 @@ if TYPE_CHECKING:
 PAYLOAD_KEY = "llmperf"
 
 
+# The session's own result fields; each kind adds those it fills (``CheckKind.payload``).
+_SESSION_FIELDS = ("checks", "hardware", "invalid", "busy", "unmeasured", "kind_results")
+
+
+def _fields() -> list[str]:
+    from pytest_llmperf.plugin.kinds import kinds
+
+    fields = list(_SESSION_FIELDS)
+    for kind in kinds():
+        fields += [f for f in kind.payload if f not in fields]
+    return fields
+
+
 def worker_payload(state: LLMPerfSession) -> dict[str, Any]:
     """What a worker sends: sweeps, verdicts and pending baseline writes (no live objects)."""
-    body = {
-        "sweeps": [s.model_dump(mode="json") for s in state.sweeps],
-        "points": state.points,
-        "gates": state.gates,
-        "sweep_checks": state.sweep_checks,
-        "checks": state.checks,
-        "hardware": state.hardware,
-        "invalid": state.invalid,
-        "busy": state.busy,
-        "unmeasured": state.unmeasured,
-        "ab_points": state.ab_points,  # ab
-        "store": state.store.to_dict() if state.has_store else None,
-    }
+    body: dict[str, Any] = {name: getattr(state, name) for name in _fields()}
+    body["sweeps"] = [s.model_dump(mode="json") for s in state.sweeps]
+    body["store"] = state.store.to_dict() if state.has_store else None
     return {"pickle": base64.b64encode(pickle.dumps(body)).decode("ascii")}
+
+
+def _merge(mine: Any, theirs: Any) -> None:
+    """A list gets the worker's items; a dict of lists (points by config, results by kind)
+    gets them per key; any other dict (hardware, unmeasured) the worker's values."""
+    if isinstance(mine, list):
+        mine.extend(theirs)
+        return
+    for key, value in theirs.items():
+        if isinstance(value, list):
+            mine.setdefault(key, []).extend(value)
+        else:
+            mine[key] = value
 
 
 def merge_payloads(state: LLMPerfSession) -> None:
@@ -43,16 +59,8 @@ def merge_payloads(state: LLMPerfSession) -> None:
     for payload in state.worker_payloads:
         body = pickle.loads(base64.b64decode(payload["pickle"]))
         state.sweeps.extend(SweepResult.model_validate(s) for s in body["sweeps"])
-        for config, points in body["points"].items():
-            state.points.setdefault(config, []).extend(points)
-        state.gates.extend(body["gates"])
-        state.sweep_checks.extend(body["sweep_checks"])
-        state.checks.extend(body.get("checks", []))
-        state.hardware.update(body.get("hardware", {}))
-        state.invalid.extend(body["invalid"])
-        state.busy.extend(body.get("busy", []))
-        state.unmeasured.update(body["unmeasured"])
-        state.ab_points.extend(body.get("ab_points", []))  # ab
+        for name in _fields():
+            _merge(getattr(state, name), body.get(name) or {})
         if body["store"] is not None:
             if not state.has_store:
                 state._store = BaselineStore.from_dict(body["store"])
