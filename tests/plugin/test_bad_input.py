@@ -99,8 +99,8 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
         (
             [],
             {"LLMPERF_IDLE_TIMEOUT": "0.01"},
-            "environment variable LLMPERF_IDLE_TIMEOUT: must be between 0.1 and 86400 seconds, "
-            "got 0.01",
+            "environment variable LLMPERF_IDLE_TIMEOUT is no longer read: set idle_timeout in "
+            "[[]sweep[]] of llmperf.toml (or @pytest.mark.llmperf(idle_timeout=...) for one test)",
         ),
     ],
     ids=[
@@ -112,7 +112,7 @@ def one(pytester: pytest.Pytester) -> pytest.Pytester:
         "env-tolerance-moved",
         "levels-absurd",
         "input-len-absurd",
-        "env-idle-timeout-too-short",
+        "env-idle-timeout-moved",
     ],
 )
 def test_bad_setting_is_a_usage_error_naming_its_source(
