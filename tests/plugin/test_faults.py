@@ -21,7 +21,7 @@ import pytest
 
 from pytest_llmperf.sim.profile import DEFAULT_PROFILE
 
-from .conftest import FAST, RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
+from .conftest import FAST, SWEEP_TEST, assert_no_servers_left, light, read_json, run
 
 # Two independent servers (no gate), mtp first both in the file and in the run order, so a fault
 # in mtp shows the session going on to plain.
@@ -47,9 +47,8 @@ PLUGIN_FRAME = re.compile(r"pytest_llmperf/\w+\.py")
 
 @pytest.fixture
 def two(pytester: pytest.Pytester) -> Any:
-    pytester.makefile(".toml", llmperf=TWO_SERVERS)
+    pytester.makefile(".toml", llmperf=light(TWO_SERVERS))
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     yield pytester
     assert_no_servers_left(pytester.path)
 
@@ -79,7 +78,6 @@ def assert_no_plugin_traceback(result: pytest.RunResult) -> None:
 def test_server_exits_during_start(suite: pytest.Pytester) -> None:
     """plain dies before it is healthy: its points ERROR at once with exit code, log path and
     log tail; the gate says why; mtp is still measured and recorded."""
-    suite.makeconftest(RELAXED_CLIENT_CHECK)
     result, elapsed = timed(
         suite, "--llmperf-update", "--llmperf-sim-args", "plain: --sim-fault crash-on-start"
     )

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, run
+from .conftest import SUITE, light, run
 
 # Each launch 15 % faster or slower (sd), levels 1, 4, 16 in one launch each.
 NOISY = "--sim-launch-speed-sd 0.15 --sim-seed 3"
@@ -20,8 +20,9 @@ ARGS = [
 
 
 @pytest.fixture(autouse=True)
-def _relaxed(suite):
-    suite.makeconftest(RELAXED_CLIENT_CHECK)
+def _light(suite):
+    """The plugin's real validity limits, on a light load (the suite's own sim_args)."""
+    (suite.path / "llmperf.toml").write_text(light(SUITE))
 
 
 def test_recording_measures_whole_sweeps_per_launch(suite):
