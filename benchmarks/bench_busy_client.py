@@ -95,7 +95,7 @@ def run_once(interval: int, levels: list[int], burn: int) -> None:
     for line in summary:
         print(f"  {line}")
     print(
-        f"  {'config':<6} {'C':>4} {'events/s':>9} {'client CPU %':>12} {'lag p99 ms':>10} "
+        f"  {'config':<6} {'C':>4} {'tok/s÷N':>9} {'client CPU %':>12} {'lag p99 ms':>10} "
         f"{'coalesced':>9} {'machine %':>9}"
     )
     for lv in rows:
@@ -103,7 +103,7 @@ def run_once(interval: int, levels: list[int], burn: int) -> None:
         dur = lv.get("duration") or 0.0
         share = lv.get("coalesced_itl_share")
         tokens = lv.get("total_output_tokens") or 0
-        events = tokens / max(1, interval) / dur if dur else 0.0  # ~ (mtp events carry more)
+        events = tokens / max(1, interval) / dur if dur else 0.0  # events/s at most (N=1: mtp's carry ~3)
         print(
             f"  {lv['config']:<6} {lv['max_concurrency']:>4} {events:>9.0f} "
             f"{c.get('cpu_percent', 0.0):>12.1f} {c.get('loop_lag_p99_ms', 0.0):>10.2f} "
