@@ -103,7 +103,8 @@ def run_once(interval: int, levels: list[int], burn: int) -> None:
         dur = lv.get("duration") or 0.0
         share = lv.get("coalesced_itl_share")
         tokens = lv.get("total_output_tokens") or 0
-        events = tokens / max(1, interval) / dur if dur else 0.0  # events/s at most (N=1: mtp's carry ~3)
+        # events/s at most (at N=1 an mtp event carries ~3 tokens)
+        events = tokens / max(1, interval) / dur if dur else 0.0
         print(
             f"  {lv['config']:<6} {lv['max_concurrency']:>4} {events:>9.0f} "
             f"{c.get('cpu_percent', 0.0):>12.1f} {c.get('loop_lag_p99_ms', 0.0):>10.2f} "
