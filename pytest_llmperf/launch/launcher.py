@@ -428,6 +428,8 @@ def launch(
             argv += ["--host", host, "--port", str(chosen)]
             if simulate and config.sim_profile:
                 argv += ["--sim-profile", config.sim_profile]
+            if simulate:
+                argv += config.sim_args
             if api_key:
                 argv += ["--api-key", api_key]
         url = f"http://{'[' + host + ']' if ':' in host else host}:{chosen}"

@@ -80,6 +80,9 @@ class ServerConfig(BaseModel):
     launch_timeout_s: float = Field(default=600.0, gt=0)
     # Which simulator profile stands in for this server when no GPU/SGLang is available.
     sim_profile: str | None = None
+    # Flags only the simulated stand-in gets (after ``args``), e.g. a --stream-interval that
+    # keeps a laptop's client light; a real launch never sees them.
+    sim_args: tuple[str, ...] = ()
     # A server that is not ``sglang.launch_server``: its argv, with {port}, {host}, {model}.
     command: tuple[str, ...] | None = None
     # The path that answers 200 once the server is ready (default: the first of

@@ -234,7 +234,8 @@ class ServerPool:
             return cfg
         extra = ["--sim-profile", self.sim_profile_for(cfg)]
         extra += sim_args_for(self.options.sim_args, cfg.name)
-        return cfg.model_copy(update={"args": (*cfg.args, *extra), "sim_profile": None})
+        args = (*cfg.args, *cfg.sim_args, *extra)  # the CLI's --llmperf-sim-args win
+        return cfg.model_copy(update={"args": args, "sim_profile": None, "sim_args": ()})
 
     def server(self, config: str) -> ServerHandle:
         """The live server of ``config``, launching it (and stopping any other) if needed."""

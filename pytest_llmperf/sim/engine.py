@@ -3,9 +3,12 @@
 Each scheduler step admits waiting requests FIFO up to the running cap and the KV budget, runs
 one chunk of prefill mixed with a decode step over every running request, and takes as long as
 the performance model says. A decode step gives every running request one token, or with
-speculative decoding a random accept length (mean from the profile) capped by what is left, and
-emits ONE ``TokenEvent`` per request per step. The hot loop is O(batch) with no per-token
-objects, so one core can stream hundreds of requests.
+speculative decoding a random accept length (mean from the profile) capped by what is left. A
+request's tokens are sent as SGLang's scheduler sends them (``--stream-interval``): the first
+token at once, then one ``TokenEvent`` whenever at least ``stream_interval`` tokens are unsent
+(a step can pass the interval without landing on it), and at finish; the event carries every
+unsent token. Non-streamed requests are sent every ``FORCE_STREAM_INTERVAL`` tokens, as there.
+The hot loop is O(batch) with no per-token objects, so one core can stream hundreds of requests.
 
 Real time is schedule-driven: step k ends at ``anchor + sum(durations)``; the loop sleeps until
 then and measures how late it woke (``lag_ms_p99``), so model time never drifts with Python
@@ -34,6 +37,9 @@ BEHIND_SCHEDULE_MS = 10.0  # lag p99 above this makes stats().behind_schedule tr
 MAX_CATCHUP_S = 0.5  # later than this (process stopped?), re-anchor instead of bursting steps
 LAG_WINDOW = 2048
 GROUND_TRUTH_LIMIT = 20000
+# SGLang's SGLANG_FORCE_STREAM_INTERVAL default: how often a non-streamed request's output
+# leaves the scheduler (the client sees it only at finish either way).
+FORCE_STREAM_INTERVAL = 50
 
 
 class _Live:
@@ -50,9 +56,11 @@ class _Live:
         "verify_ct",
         "reserved",
         "aborted",
+        "sent",
+        "interval",
     )
 
-    def __init__(self, req: SimRequest) -> None:
+    def __init__(self, req: SimRequest, stream_interval: int = 1) -> None:
         self.req = req
         self.on_event = req.on_event
         self.prompt_len = req.prompt_len
@@ -62,6 +70,11 @@ class _Live:
         self.verify_ct = 0
         self.reserved = req.prompt_len + self.max_new
         self.aborted = False
+        self.sent = 0  # output tokens already sent in an event
+        if not req.stream:
+            self.interval = FORCE_STREAM_INTERVAL
+        else:
+            self.interval = max(1, req.stream_interval or stream_interval)
 
 
 def _abort_reason(
@@ -126,6 +139,7 @@ class SimEngine:
         # Hot-loop constants.
         self._spec = model.spec
         self._interval = max(1, model.knobs.decode_log_interval)
+        self._stream_interval = max(1, model.knobs.stream_interval)
         noise = model.noise
         self._noise = (
             StepNoise(noise, seed, model.time_scale)
@@ -142,7 +156,7 @@ class SimEngine:
     # -- Engine protocol -------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
         """Queue a request (FIFO); it is admitted at the next step that has room for it."""
-        live = _Live(req)
+        live = _Live(req, self._stream_interval)
         req.t_arrival = self.now
         self._total_requests += 1
         if req.rid in self._by_rid:
@@ -355,10 +369,14 @@ class SimEngine:
                         finished.append(live)
                     if record:
                         live.req.token_times.append(t)
+                    n = c - live.sent
+                    if not done and n < live.interval:
+                        continue  # held back by the stream interval
+                    live.sent = c
                     try:
                         live.on_event(
                             TokenEvent(
-                                1, c, done, {"type": "length", "length": c} if done else None, t, 0
+                                n, c, done, {"type": "length", "length": c} if done else None, t, 0
                             )
                         )
                     except Exception:
@@ -380,10 +398,19 @@ class SimEngine:
                         finished.append(live)
                     if record:
                         live.req.token_times.extend([t] * n)
+                    unsent = c - live.sent
+                    if not done and unsent < live.interval:
+                        continue  # held back by the stream interval
+                    live.sent = c
                     try:
                         live.on_event(
                             TokenEvent(
-                                n, c, done, {"type": "length", "length": c} if done else None, t, v
+                                unsent,
+                                c,
+                                done,
+                                {"type": "length", "length": c} if done else None,
+                                t,
+                                v,
                             )
                         )
                     except Exception:
@@ -407,15 +434,18 @@ class SimEngine:
             self._kv_prefilled -= live.prefill_total
             live.count = 1
             live.req.t_first_token = t
+            done = live.max_new <= 1
             self._kv_decode += live.prompt_len + 1
             produced += 1
-            done = live.max_new <= 1
             if record:
                 live.req.token_times.append(t)
             if done:
                 finished.append(live)
             else:
                 running.append(live)
+            if not done and not live.req.stream:
+                continue  # a non-streamed request's first token waits for the interval
+            live.sent = 1  # a streamed request's first token is sent at once
             try:
                 live.on_event(
                     TokenEvent(1, 1, done, {"type": "length", "length": 1} if done else None, t, 0)

@@ -15,13 +15,14 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """Tokens the engine produced for one request in one scheduler step.
+    """Tokens the engine sends for one request at the end of one scheduler step.
 
-    One event can carry several tokens (a speculative step accepts more than one), exactly
-    like one SSE chunk of SGLang's ``/generate`` stream.
+    One event can carry several tokens (a speculative step accepts more than one; with a
+    stream interval above 1 it carries every token since the last event), exactly like one SSE
+    chunk of SGLang's ``/generate`` stream.
     """
 
-    n_new: int  # tokens added by this step (>= 1), 0 only for a final abort event
+    n_new: int  # tokens since the previous event (>= 1), 0 only for a final abort event
     completion_tokens: int  # cumulative output tokens so far
     finished: bool
     # SGLang's finish_reason dict when finished: {"type": "length", "length": N} or
@@ -41,6 +42,8 @@ class SimRequest:
     on_event: Callable[[TokenEvent], None]
     ignore_eos: bool = True
     cached_tokens: int = 0
+    stream: bool = True  # a streamed request is sent by the stream interval, others in 50s
+    stream_interval: int = 0  # the request's sampling_params.stream_interval; 0: the server's
     # Filled in by the engine, read by the debug endpoint (ground truth).
     t_arrival: float | None = None
     t_first_token: float | None = None

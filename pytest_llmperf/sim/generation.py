@@ -41,6 +41,10 @@ class GenerationRoutes:
                 raise RequestError("sampling_params must be an object.")
             max_new = int_field(sp, "max_new_tokens", 128)
             ignore_eos = bool(sp.get("ignore_eos", False))
+            # SGLang's per-request override of --stream-interval (native API only)
+            interval = int_field(sp, "stream_interval", 0)
+            if interval < 0:
+                raise RequestError(f"stream_interval must be positive, got {interval}")
             streaming = bool(body.get("stream", False))
             max_new = self.server.check_lengths(prompts, max_new)
         except RequestError as e:
@@ -55,7 +59,12 @@ class GenerationRoutes:
             if not batch and isinstance(rids, str):
                 rid = rids
             self.server.add_gen(
-                st, str(rid) if rid else self.server.new_rid(), prompt, max_new, ignore_eos
+                st,
+                str(rid) if rid else self.server.new_rid(),
+                prompt,
+                max_new,
+                ignore_eos,
+                interval,
             )
         if st.reject is not None:
             return json_response({"error": {"message": st.reject}}, status=400)

@@ -187,7 +187,15 @@ class SimServer:
     def new_rid(self) -> str:
         return uuid.uuid4().hex
 
-    def add_gen(self, st: Stream, rid: str, prompt: Prompt, max_new: int, ignore_eos: bool) -> Gen:
+    def add_gen(
+        self,
+        st: Stream,
+        rid: str,
+        prompt: Prompt,
+        max_new: int,
+        ignore_eos: bool,
+        stream_interval: int = 0,
+    ) -> Gen:
         prompt_len = prompt.length
         cached = 0
         if self.prefix_cache is not None and not st.internal:
@@ -210,6 +218,8 @@ class SimServer:
                 on_event=gen.on_event,
                 ignore_eos=ignore_eos,
                 cached_tokens=cached,
+                stream=st.streaming,
+                stream_interval=stream_interval,
             )
         )
         return gen

@@ -59,7 +59,15 @@ class Server(StreamOwner, Protocol):
 
     def new_rid(self) -> str: ...
 
-    def add_gen(self, st: Stream, rid: str, prompt: Prompt, max_new: int, ignore_eos: bool) -> Gen:
+    def add_gen(
+        self,
+        st: Stream,
+        rid: str,
+        prompt: Prompt,
+        max_new: int,
+        ignore_eos: bool,
+        stream_interval: int = 0,
+    ) -> Gen:
         """Hand one sequence of ``st`` to the engine."""
 
     async def serve_stream(self, request: web.Request, st: Stream) -> web.StreamResponse:

@@ -56,6 +56,16 @@ def test_simulated_server_launches_and_stops(tmp_path: Path) -> None:
     assert handle.log_path is not None and SECRET not in handle.log_path.read_text()
 
 
+def test_sim_args_reach_only_the_simulated_server(tmp_path: Path) -> None:
+    cfg = sim_config("--max-running-requests", "8").model_copy(
+        update={"sim_args": ("--stream-interval", "4")}
+    )
+    with launch(cfg, log_dir=tmp_path, simulate=True) as handle:
+        assert handle.argv[-2:] == ["--stream-interval", "4"]
+        info = httpx.get(f"{handle.url}/server_info", timeout=10, trust_env=False).json()
+        assert info["stream_interval"] == 4 and info["max_running_requests"] == 8
+
+
 def test_bad_flag_fails_within_seconds_with_exit_2(tmp_path: Path) -> None:
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as info:

@@ -16,6 +16,21 @@ import pytest
 LIGHT_SIM = "--sim-time-scale 5"
 LIGHT = [f"--llmperf-sim-args={LIGHT_SIM}"]
 
+
+def light(suite_toml: str) -> str:
+    """``suite_toml`` with LIGHT_SIM as every server's ``sim_args`` (the suite file's own key).
+
+    A test's own --llmperf-sim-args then add to the light load instead of replacing it.
+    """
+    flags = ", ".join(f'"{f}"' for f in LIGHT_SIM.split())
+    out = []
+    for line in suite_toml.splitlines(keepends=True):
+        out.append(line)
+        if line.startswith("args = "):
+            out.append(f"sim_args = [{flags}]\n")
+    return "".join(out)
+
+
 # Small and quick: the simulator's default profile, short prompts and outputs.
 # One launch per recorded baseline point: these tests are about the workflow, not the noise
 # (tests/verdicts/test_noise.py and benchmarks/bench_noise.py are about that).

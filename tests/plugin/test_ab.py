@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from .conftest import FAST, RELAXED_CLIENT_CHECK, assert_no_servers_left
+from .conftest import FAST, assert_no_servers_left, light
 
 SUITE = """
 [[server]]
@@ -35,8 +35,7 @@ tolerance = 0.05
 
 
 def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".toml", llmperf=SUITE)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    pytester.makefile(".toml", llmperf=light(SUITE))
     pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
     summary = pytester.path / "summary.md"
     pytester._monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -79,8 +78,7 @@ def test_ab_without_compare_section_is_a_usage_error(pytester: pytest.Pytester) 
 
 def test_ab_points_reach_the_controller_under_xdist(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
-    pytester.makefile(".toml", llmperf=SUITE)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    pytester.makefile(".toml", llmperf=light(SUITE))
     pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
     out = pytester.path / "out"
     result = pytester.runpytest_subprocess(

@@ -11,7 +11,7 @@ from pytest_llmperf.run.settings import SettingError, resolve
 from pytest_llmperf.verdicts.validity import check_level
 
 from ..verdicts import WORKLOAD, make_level
-from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, run
+from .conftest import SWEEP_TEST, assert_no_servers_left, light, run
 
 
 def test_client_processes_resolve_cli_over_env_over_ini() -> None:
@@ -53,8 +53,8 @@ requests = 8
 
 @pytest.mark.slow
 def test_a_level_sharded_over_two_client_processes_end_to_end(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".toml", llmperf=ONE_SERVER)
-    pytester.makepyfile(test_perf=SWEEP_TEST, conftest=RELAXED_CLIENT_CHECK)
+    pytester.makefile(".toml", llmperf=light(ONE_SERVER))
+    pytester.makepyfile(test_perf=SWEEP_TEST)
     result = run(pytester, "--llmperf-update", "--llmperf-client-processes", "2")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*client 2 processes per closed-loop level*"])

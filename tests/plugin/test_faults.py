@@ -23,9 +23,9 @@ from pytest_llmperf.sim.profile import DEFAULT_PROFILE
 
 from .conftest import (
     FAST,
-    RELAXED_CLIENT_CHECK,
     SWEEP_TEST,
     assert_no_servers_left,
+    light,
     read_json,
     run,
     with_sweep,
@@ -55,9 +55,8 @@ PLUGIN_FRAME = re.compile(r"pytest_llmperf/\w+\.py")
 
 @pytest.fixture
 def two(pytester: pytest.Pytester) -> Any:
-    pytester.makefile(".toml", llmperf=TWO_SERVERS)
+    pytester.makefile(".toml", llmperf=light(TWO_SERVERS))
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     yield pytester
     assert_no_servers_left(pytester.path)
 
@@ -87,7 +86,6 @@ def assert_no_plugin_traceback(result: pytest.RunResult) -> None:
 def test_server_exits_during_start(suite: pytest.Pytester) -> None:
     """plain dies before it is healthy: its points ERROR at once with exit code, log path and
     log tail; the gate says why; mtp is still measured and recorded."""
-    suite.makeconftest(RELAXED_CLIENT_CHECK)
     result, elapsed = timed(
         suite, "--llmperf-update", "--llmperf-sim-args", "plain: --sim-fault crash-on-start"
     )

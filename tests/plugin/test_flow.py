@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, SUITE, run, with_sweep
+from .conftest import SUITE, light, run, with_sweep
 
 # Long enough levels that aggregate tok/s is steady on a shared CPU, judged on throughput.
 LONGER = ["--llmperf-output-len", "128"]
@@ -14,9 +14,9 @@ THROUGHPUT = 'metrics = ["output_throughput"]'
 
 
 @pytest.fixture(autouse=True)
-def _relaxed(suite):
-    suite.makeconftest(RELAXED_CLIENT_CHECK)
-    suite.makefile(".toml", llmperf=with_sweep(SUITE, THROUGHPUT))
+def _light(suite):
+    """The plugin's real validity limits, on a light load (the suite's own sim_args)."""
+    (suite.path / "llmperf.toml").write_text(light(with_sweep(SUITE, THROUGHPUT)))
 
 
 def test_update_records_then_the_same_server_passes(suite, xdist_args):
@@ -68,7 +68,7 @@ def test_k_selects_points_and_unused_counts_only_selected(suite):
     assert _entries(suite) == {"mtp": ["1", "4"], "plain": ["1", "4"]}
     # The suite itself drops C=4: those entries are unused, which fails the session.
     fewer_levels = SUITE.replace("levels = [1, 4]", "levels = [1]")
-    (suite.path / "llmperf.toml").write_text(with_sweep(fewer_levels, THROUGHPUT))
+    (suite.path / "llmperf.toml").write_text(light(with_sweep(fewer_levels, THROUGHPUT)))
     fewer = run(suite, *LONGER)
     fewer.assert_outcomes(passed=3)
     assert fewer.ret == 1

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, SUITE, run, with_sweep
+from .conftest import SUITE, light, run, with_sweep
 
 # Each launch 15 % faster or slower (sd), levels 1, 4, 16 in one launch each.
 NOISY = "--sim-launch-speed-sd 0.15 --sim-seed 3"
@@ -18,10 +18,10 @@ ARGS = [
 
 
 @pytest.fixture(autouse=True)
-def _relaxed(suite):
-    suite.makeconftest(RELAXED_CLIENT_CHECK)
-    suite.makefile(
-        ".toml", llmperf=with_sweep(SUITE, 'metrics = ["output_throughput"]', 'adjust = "launch"')
+def _light(suite):
+    """The plugin's real validity limits, on a light load (the suite's own sim_args)."""
+    (suite.path / "llmperf.toml").write_text(
+        light(with_sweep(SUITE, 'metrics = ["output_throughput"]', 'adjust = "launch"'))
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, assert_no_servers_left
+from .conftest import assert_no_servers_left, light
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,8 +46,7 @@ def _failed_ids(result: pytest.RunResult) -> set[str]:
 
 
 def test_upgrade_that_caps_speculative_decoding_fails_mtp_at_c64(pytester: pytest.Pytester):
-    pytester.makefile(".toml", llmperf=SUITE)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    pytester.makefile(".toml", llmperf=light(SUITE))
     pytester.makepyfile(
         test_perf="def test_sweep(llmperf_point):\n    llmperf_point.assert_baseline()\n"
     )
@@ -70,7 +69,6 @@ def test_upgrade_that_caps_speculative_decoding_fails_mtp_at_c64(pytester: pytes
 def test_policy_mtp_never_loses_fails_at_exactly_c64_and_c128(pytester: pytest.Pytester):
     policy = REPO / "perf_tests" / "policies" / "mtp_never_loses.toml"
     shutil.copy(policy, pytester.path / "llmperf.toml")
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     pytester.makepyfile(test_gates="def test_gate(llmperf_gate):\n    llmperf_gate.check()\n")
     # The seed's workload (1000/1000) on the seed-003 profile, run 5x faster than real time
     # (the model's own clock; relative numbers are unchanged).

@@ -18,9 +18,10 @@ import pytest
 from pytest_llmperf.launch.ports import free_port
 
 from .conftest import (
-    RELAXED_CLIENT_CHECK,
+    LIGHT_SIM,
     SWEEP_TEST,
     assert_no_servers_left,
+    light,
     read_json,
     run,
     servers_under,
@@ -44,9 +45,8 @@ levels = [1]
 
 @pytest.fixture
 def two(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
-    pytester.makefile(".toml", llmperf=TWO_SERVERS)
+    pytester.makefile(".toml", llmperf=light(TWO_SERVERS))
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     yield pytester
     assert_no_servers_left(pytester.path)
 
@@ -58,6 +58,7 @@ def secured_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "pytest_llmperf.sim", "--port", str(port), "--api-key", key]
+    argv += LIGHT_SIM.split()  # attached: the suite's sim_args do not reach it
     with (tmp_path / "server.log").open("wb") as log:
         proc = subprocess.Popen(
             argv, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
+from .conftest import SWEEP_TEST, assert_no_servers_left, light, read_json, run
 
 HW = "sim-fast-moe"  # the hardware key of the simulator's default profile
 
@@ -35,9 +35,8 @@ levels = [1, 4]
 
 @pytest.fixture
 def independent(pytester: pytest.Pytester) -> Iterator[pytest.Pytester]:
-    pytester.makefile(".toml", llmperf=INDEPENDENT)
+    pytester.makefile(".toml", llmperf=light(INDEPENDENT))
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     yield pytester
     assert_no_servers_left(pytester.path)
 

@@ -17,7 +17,7 @@ from pytest_llmperf.cli import main
 from pytest_llmperf.report.results_file import judge_recorded, judge_run, load_run
 from pytest_llmperf.run.compare_settings import compare_settings
 from pytest_llmperf.verdicts.compare import Verdict
-from tests.plugin.conftest import FAST, RELAXED_CLIENT_CHECK, assert_no_servers_left
+from tests.plugin.conftest import FAST, assert_no_servers_left, light
 
 SUITE = """
 [[server]]
@@ -83,8 +83,7 @@ def _junit(path: Path) -> dict[str, tuple[str, dict[str, str]]]:
 def test_compare_gives_the_verdicts_of_the_pytest_run(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pytester.makefile(".toml", llmperf=SUITE)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
+    pytester.makefile(".toml", llmperf=light(SUITE))
     pytester.makepyfile(test_perf=TESTS)
     suite = pytester.path / "llmperf.toml"
     baselines = pytester.path / "baselines"
@@ -190,7 +189,6 @@ def test_compare_agrees_with_pytest_on_the_shipped_suite(
 ) -> None:
     for f in [SHIPPED / "llmperf.toml", *SHIPPED.glob("test_*.py")]:
         (pytester.path / f.name).write_text(f.read_text())
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     suite = pytester.path / "llmperf.toml"
     baselines = pytester.path / "baselines"
     results = pytester.path / "llmperf-results" / "results.json"
