@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, run
+from .conftest import SWEEP_TEST, run
 from .test_signals import (
     CLEANUP_TIMEOUT_S,
     START_TIMEOUT_S,
@@ -64,7 +64,6 @@ def test_env_clearing_daemon_is_stopped_by_a_normal_teardown(pytester: pytest.Py
     pid_file = pytester.path / "daemon.pid"
     pytester.makefile(".toml", llmperf=daemon_suite(pid_file))
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     result = run(pytester, "--llmperf-update")
     assert result.ret == 0, result.stdout.str()
     daemon = int(pid_file.read_text())

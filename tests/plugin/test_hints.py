@@ -24,7 +24,7 @@ import pytest
 
 from pytest_llmperf.launch.ports import free_port
 
-from .conftest import RELAXED_CLIENT_CHECK, SWEEP_TEST, assert_no_servers_left, read_json, run
+from .conftest import LIGHT_SIM, SWEEP_TEST, assert_no_servers_left, light, read_json, run
 
 ONE = """
 [[server]]
@@ -93,8 +93,7 @@ def test_inconclusive_on_an_attached_server_advises_what_can_be_done(
 ) -> None:
     pytester.makefile(".toml", llmperf=ONE)
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
-    with hand_started_sim(tmp_path) as url:
+    with hand_started_sim(tmp_path, *LIGHT_SIM.split()) as url:
         record = run(pytester, "--llmperf-url", url, "--llmperf-update")
         record.assert_outcomes(passed=1)
         (baseline,) = (pytester.path / "baselines").rglob("plain.json")
@@ -132,9 +131,8 @@ def test_outputs_cut_by_the_context_say_so_with_numbers(pytester: pytest.Pyteste
     the context leaves and its scheduler caps it at context - 2 - prompt: 64-token prompts get
     30 of the 64 asked (as the real SGLang 0.5.23 on CPU delivered). The level is INVALID
     (never recorded), and the reason is the context, from the server's own answer."""
-    pytester.makefile(".toml", llmperf=SMALL_CONTEXT)
+    pytester.makefile(".toml", llmperf=light(SMALL_CONTEXT))
     pytester.makepyfile(test_perf=SWEEP_TEST)
-    pytester.makeconftest(RELAXED_CLIENT_CHECK)
     result = run(pytester, "--llmperf-output-len", "64", "--llmperf-update")
     assert_no_servers_left(pytester.path)
     result.assert_outcomes(failed=1)
