@@ -259,6 +259,16 @@ class ServerHandle:
         """The server's exit code if it has exited (None while running, or when attached)."""
         return self._proc.poll() if self._proc is not None else None
 
+    def exit_code_within(self, seconds: float) -> int | None:
+        """The exit code if the server exits within ``seconds`` (a server that crashed mid-level
+        may still be dying when its cut streams are counted); None when it runs on."""
+        deadline = time.monotonic() + seconds
+        code = self.poll()
+        while code is None and self._proc is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # bounded by the deadline
+            code = self.poll()
+        return code
+
     def log_tail(self, n: int = 40) -> str:
         """The last ``n`` lines of the server log (API key redacted); "" when attached."""
         tail = _read_tail(self.log_path, n, None)

@@ -38,6 +38,10 @@ from pytest_llmperf.run.servers import (
 )
 from pytest_llmperf.run.suite import Suite
 
+# How long a server whose requests failed may take to show its exit (a launched server runs
+# under a keeper that reports the command's exit code a moment after the crash).
+EXIT_GRACE_S = 3.0
+
 __all__ = [
     "PROMPT_ORDINALS",
     "PerfRun",
@@ -205,7 +209,7 @@ class PerfRun:
                         "prefix cache, so this run sends prompts no earlier run sent"
                     )
             except Exception as exc:
-                code = handle.poll()
+                code = handle.exit_code_within(EXIT_GRACE_S)
                 if code is not None:
                     state.error = self.servers.died_message(config, handle, code)
                     raise PointError(state.error) from None
@@ -224,7 +228,8 @@ class PerfRun:
             state.prompts_sent += level.num_requests
             level.launch = state.launch_id
             self._stamp_startup(state, handle, level)
-            code = handle.poll()
+            # Failed requests may be a crash the process table does not show yet.
+            code = handle.exit_code_within(EXIT_GRACE_S if level.failed else 0.0)
             if code is not None:
                 # Requests failed because the server died: say so instead of blaming the numbers.
                 state.error = self.servers.died_message(config, handle, code)
