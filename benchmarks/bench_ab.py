@@ -33,6 +33,7 @@ from pytest_llmperf.run.suite import CompareSpec
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.virtual import run_virtual_sweep
 from pytest_llmperf.verdicts.paired import judge_paired, remove_launch_factor
+from pytest_llmperf.verdicts.verdict import Verdict
 
 PROFILE = "sglang-rtxpro6000x4-qwen35-122b-a10b"
 LEVELS = (1, 4, 16, 32, 64, 128)
@@ -84,7 +85,7 @@ def failures(d: dict[int, list[float]], n: int, adjust: str, tol: float) -> list
             tolerance=tol,
             adjusted=adjust == "launch",
         ).verdict
-        == "FAIL"
+        == Verdict.FAIL
     ]
 
 

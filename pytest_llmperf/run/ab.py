@@ -30,6 +30,7 @@ from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import CompareSpec
 from pytest_llmperf.verdicts.paired import PairedResult, judge_paired, remove_launch_factor
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
+from pytest_llmperf.verdicts.verdict import Verdict
 
 
 class ABError(LLMPerfError, RuntimeError):
@@ -141,7 +142,7 @@ class ABRun:
         if len(d) < 2:
             return replace(
                 res,
-                verdict="INVALID",
+                verdict=Verdict.INVALID,
                 message=(
                     f"{spec.candidate} vs {spec.reference} at C={concurrency}: {left}; fewer "
                     "than 2 valid paired rounds remain, so this is not a performance verdict"
@@ -157,7 +158,7 @@ def _or_none(values: list[float]) -> list[float | None]:
 def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
     c = result.concurrency
     return ABPoint(
-        compare=ab.spec.label,
+        ab=ab.spec.label,
         candidate=result.candidate,
         reference=result.reference,
         metric=result.metric,
@@ -206,9 +207,9 @@ class ABCheck:
 
     def judge(self) -> Outcome:
         point = self.evaluate()
-        if point.verdict == "FAIL":
+        if point.verdict == Verdict.FAIL:
             return Outcome.fail(point.message)
-        if point.verdict == "INVALID":
+        if point.verdict == Verdict.INVALID:
             if self.on_invalid is not None:
                 self.on_invalid(point.message)
             if self.invalid_policy == "fail":
@@ -217,6 +218,6 @@ class ABCheck:
                 )
             return Outcome("skip", f"llmperf INVALID measurement: {point.message}")
         outcome = Outcome()
-        if point.verdict == "INCONCLUSIVE":
+        if point.verdict == Verdict.INCONCLUSIVE:
             outcome.warnings.append(("inconclusive", point.message))
         return outcome

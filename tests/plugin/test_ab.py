@@ -59,8 +59,8 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
     data = json.loads((pytester.path / "out" / "ab.json").read_text())
     points = {p["concurrency"]: p for p in data["points"]}
     assert set(points) == {1, 4}
-    assert points[4]["verdict"] == "FAIL" and points[4]["ci_high"] < -0.05
-    assert points[1]["verdict"] != "FAIL"
+    assert points[4]["verdict"] == "fail" and points[4]["ci_high"] < -0.05
+    assert points[1]["verdict"] != "fail"
     # interleaved: reference first in odd rounds, candidate first in even ones
     assert points[4]["order"] == [["old", "new"], ["new", "old"]] * 2
     assert len(points[4]["candidate_values"]) == 4
