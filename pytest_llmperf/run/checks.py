@@ -196,9 +196,10 @@ class PointCheck:
             self.run.hardware_for(self.config), self.config, self.workload.key(), self.concurrency
         )
 
-    def compare(self) -> PointComparison:
-        """Compare with the baseline, re-measuring an inconclusive point up to ``max_reruns``
-        times (a failing one once, to confirm it), in fresh launches where it can."""
+    def evaluate(self) -> PointComparison:
+        """Judge against the baseline without asserting, re-measuring an inconclusive point up
+        to ``max_reruns`` times (a failing one once, to confirm it), in fresh launches where it
+        can."""
         entry = self.store.get(self.key)
 
         def judge() -> PointComparison:
@@ -239,6 +240,8 @@ class PointCheck:
         self.comparison = pc
         return pc
 
+    compare = evaluate  # the older name, kept as an alias
+
     def judge(self) -> Outcome:
         """Fail when a gated metric regressed beyond tolerance and beyond noise.
 
@@ -246,7 +249,7 @@ class PointCheck:
         new or changed entries and pass. Invalid measurement: skip (or fail, by setting).
         Raises ``BaselineFileError`` when the stored file cannot be read.
         """
-        pc = self.compare()
+        pc = self.evaluate()
         if self.on_properties is not None:
             self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:

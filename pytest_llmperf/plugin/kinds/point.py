@@ -25,6 +25,7 @@ from pytest_llmperf.run.settings import SettingError
 if TYPE_CHECKING:
     from pytest_llmperf.run.perfrun import PerfRun
     from pytest_llmperf.run.suite import Suite
+    from pytest_llmperf.verdicts.compare import PointComparison
 
 
 @dataclass(frozen=True)
@@ -53,16 +54,25 @@ KIND = PointKind()
 
 
 class Point(checks.PointCheck):
-    """One (config, concurrency) point: ``.result``, ``.samples``, ``.assert_baseline()``."""
+    """One (config, concurrency) point: ``.check()``, ``.evaluate()``, ``.result``, ``.samples``."""
 
     def measure(self) -> None:
         __tracebackhide__ = True
         call(super().measure)
 
-    def assert_baseline(self) -> None:
+    def evaluate(self) -> PointComparison:
+        """The comparison with the baseline, without asserting."""
+        __tracebackhide__ = True
+        return call(super().evaluate)
+
+    compare = evaluate  # the older name, kept as an alias
+
+    def check(self) -> None:
         """Fail when a gated metric regressed beyond tolerance and beyond noise."""
         __tracebackhide__ = True
         enact(call(self.judge))
+
+    assert_baseline = check  # the older name, kept as an alias
 
 
 @pytest.fixture
