@@ -178,7 +178,7 @@ def judge_paired(
             change,
             Verdict.INCONCLUSIVE,
             f"{candidate} vs {reference} at C={concurrency}: {n} paired round(s); "
-            "a paired verdict needs at least 2 (set rounds = 2 or more in [[compare]])",
+            "a paired verdict needs at least 2 (set rounds = 2 or more in [[ab]])",
         )
     m, lo, hi = mean_ci(d, confidence)
     change, ci_low, ci_high = math.exp(m) - 1, math.exp(lo) - 1, math.exp(hi) - 1

@@ -1,4 +1,4 @@
-"""Paired A/B statistics (verdicts/paired.py) and the [[compare]] suite section."""
+"""Paired A/B statistics (verdicts/paired.py) and the [[ab]] suite section."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pytest
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.run.ab import round_order
-from pytest_llmperf.run.suite import CompareSpec, SuiteError, suite_from_data
+from pytest_llmperf.run.suite import (
+    CompareSpec,
+    SuiteDeprecationWarning,
+    SuiteError,
+    suite_from_data,
+)
 from pytest_llmperf.verdicts.paired import (
     judge_paired,
     log_ratios,
@@ -97,17 +102,17 @@ def test_round_order_alternates_unless_fixed() -> None:
 SERVERS = [{"name": "old", "model": "m"}, {"name": "new", "model": "m"}]
 
 
-def test_compare_section_is_validated_with_field_names() -> None:
+def test_ab_section_is_validated_with_field_names() -> None:
     suite = suite_from_data(
-        {"server": SERVERS, "compare": [{"candidate": "new", "reference": "old", "rounds": 6}]}
+        {"server": SERVERS, "ab": [{"candidate": "new", "reference": "old", "rounds": 6}]}
     )
-    assert suite.compares[0].label == "new-vs-old" and suite.compares[0].rounds == 6
+    assert suite.ab[0].label == "new-vs-old" and suite.ab[0].rounds == 6
     assert suite.linked_groups()["old"] == suite.linked_groups()["new"]
     with pytest.raises(SuiteError) as exc:
         suite_from_data(
             {
                 "server": SERVERS,
-                "compare": [
+                "ab": [
                     {"candidate": "newer", "reference": "old"},
                     {"candidate": "new", "reference": "old", "rounds": 1},
                     {"candidate": "old", "reference": "old"},
@@ -116,6 +121,17 @@ def test_compare_section_is_validated_with_field_names() -> None:
             source="llmperf.toml",
         )
     text = str(exc.value)
-    assert "llmperf.toml: compare[0].candidate: no server named 'newer'" in text
-    assert "compare[1].rounds" in text
-    assert "compare[2]: candidate and reference must be two different servers" in text
+    assert "llmperf.toml: ab[0].candidate: no server named 'newer'" in text
+    assert "ab[1].rounds" in text
+    assert "ab[2]: candidate and reference must be two different servers" in text
+
+
+def test_compare_is_the_older_spelling_of_ab_and_still_works_with_a_warning() -> None:
+    spec = {"candidate": "new", "reference": "old", "rounds": 6}
+    with pytest.warns(
+        SuiteDeprecationWarning, match=r"llmperf.toml: \[\[compare\]\] is now spelled \[\[ab\]\]"
+    ):
+        suite = suite_from_data({"server": SERVERS, "compare": [spec]}, source="llmperf.toml")
+    assert suite.ab[0].label == "new-vs-old" and suite.compares is suite.ab
+    with pytest.raises(SuiteError, match=r"both \[\[ab\]\] and \[\[compare\]\]"):
+        suite_from_data({"server": SERVERS, "ab": [spec], "compare": [spec]}, source="x.toml")
