@@ -22,9 +22,14 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.baseline import BaselineStore
-from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, MetricSummary
+from pytest_llmperf.verdicts.baseline_file import (
+    BaselineEntry,
+    EntryKey,
+    LaunchResidual,
+    MetricSummary,
+)
 from pytest_llmperf.verdicts.launch_adjust import (
-    ResidualSummary,
+    MIN_LEVELS,
     current_residuals,
     decide_adjusted,
     launches_of,
@@ -314,7 +319,7 @@ def compare_metric(
 def with_launch_adjustment(
     mc: MetricComparison,
     residuals: Sequence[float],
-    base: ResidualSummary,
+    base: LaunchResidual,
     tolerance: float,
     rule: NoiseRule | None = None,
     why: Sequence[str] = (),
@@ -440,7 +445,7 @@ def compare_point(
             mc = with_launch_adjustment(
                 mc,
                 adjusted[name],
-                ResidualSummary(res.mean, res.sd, res.n),
+                res,
                 tol,
                 rule,
                 why,
@@ -478,7 +483,7 @@ def compare_sweep(
     by their launch, over the whole sweep)."""
     out = []
     wl = sweep.workload.key()
-    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= 3 else {}
+    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= MIN_LEVELS else {}
 
     def entry_for(c: int) -> BaselineEntry | None:
         return store.get(EntryKey(hardware, sweep.config, wl, c), mark_used=False)

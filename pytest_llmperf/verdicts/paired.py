@@ -36,10 +36,10 @@ from scipy import stats as _scipy_stats
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import metric
+from pytest_llmperf.verdicts.launch_adjust import MIN_LEVELS, remove_common_factor
 from pytest_llmperf.verdicts.verdict import Verdict
 
 DEFAULT_CONFIDENCE = 0.95
-MIN_LEVELS_FOR_LAUNCH_ADJUST = 3
 
 
 @dataclass(frozen=True)
@@ -92,33 +92,25 @@ def mean_ci(
 
 
 def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, list[float]]:
-    """Subtract each round's median log-ratio over the levels (see the module docstring).
+    """Subtract each round's median log-ratio over the levels (see the module docstring):
+    ``launch_adjust.remove_common_factor`` per round.
 
-    The median, not the mean, so that a regression at one level does not leak into the others;
-    it needs at least three levels for that (with two, the median is the mean). A NaN (a level
-    measured invalid in that round) stays NaN; a round with fewer than three finite levels
-    cannot be adjusted and becomes NaN at every level.
+    A NaN (a level measured invalid in that round) stays NaN; a round with fewer than
+    ``MIN_LEVELS`` finite levels cannot be adjusted and becomes NaN at every level.
     """
     levels = sorted(per_level)
-    if len(levels) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
+    if len(levels) < MIN_LEVELS:
         raise InputError(
-            f"adjust = 'launch' needs at least {MIN_LEVELS_FOR_LAUNCH_ADJUST} levels in the "
-            f"sweep, got {len(levels)}"
+            f"adjust = 'launch' needs at least {MIN_LEVELS} levels in the sweep, got {len(levels)}"
         )
     rounds = {len(per_level[c]) for c in levels}
     if len(rounds) != 1:
         raise InputError("adjust = 'launch' needs the same number of rounds at every level")
-    n = rounds.pop()
     out: dict[int, list[float]] = {c: [] for c in levels}
-    for r in range(n):
-        finite = [per_level[c][r] for c in levels if math.isfinite(per_level[c][r])]
-        if len(finite) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
-            for c in levels:
-                out[c].append(math.nan)
-            continue
-        center = statistics.median(finite)
+    for r in range(rounds.pop()):
+        residuals = remove_common_factor({c: per_level[c][r] for c in levels})
         for c in levels:
-            out[c].append(per_level[c][r] - center)
+            out[c].append(math.nan if residuals is None else residuals[c])
     return out
 
 
