@@ -92,12 +92,12 @@ def test_a_new_kind_is_one_file(pytester: pytest.Pytester) -> None:
 def test_every_fixture_object_asserts_with_check_and_keeps_its_older_names() -> None:
     from pytest_llmperf.plugin.kinds import ab, crossover, gate, point, slo
 
-    objects = (point.Point, gate.GateCheck, crossover.CrossoverCheck, slo.SloCheck, ab.ABCheck)
+    objects = (point.PointCheck, gate.GateCheck, crossover.CrossoverCheck, slo.SloCheck, ab.ABCheck)
     for cls in objects:
         assert callable(getattr(cls, "check", None)), cls
-    for cls in (point.Point, gate.GateCheck, ab.ABCheck):
+    for cls in (point.PointCheck, gate.GateCheck, ab.ABCheck):
         assert callable(getattr(cls, "evaluate", None)), cls
-    assert point.Point.assert_baseline is point.Point.check
-    assert point.Point.compare is point.Point.evaluate
+    assert point.PointCheck.assert_baseline is point.PointCheck.check
+    assert point.PointCheck.compare is point.PointCheck.evaluate
     assert crossover.CrossoverCheck.assert_baseline is crossover.CrossoverCheck.check
     assert slo.SloCheck.assert_baseline is slo.SloCheck.check

@@ -53,7 +53,7 @@ class PointKind(KindDefaults):
 KIND = PointKind()
 
 
-class Point(checks.PointCheck):
+class PointCheck(checks.PointCheck):
     """One (config, concurrency) point: ``.check()``, ``.evaluate()``, ``.result``, ``.samples``."""
 
     def measure(self) -> None:
@@ -76,7 +76,7 @@ class Point(checks.PointCheck):
 
 
 @pytest.fixture
-def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point:
+def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> PointCheck:
     """One (config, concurrency) point, measured once per session however many tests use it."""
     param: PointParam = request.param
     llm, suite, marker = settings_for(request)
@@ -86,7 +86,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
         return llm.effective(suite, marker, name, where)
 
     try:
-        point = Point(
+        point = PointCheck(
             config=param.config,
             concurrency=param.concurrency,
             workload=llm.workload(suite, marker, where, param.config),
