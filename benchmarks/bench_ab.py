@@ -29,10 +29,11 @@ from collections.abc import Sequence
 from itertools import count
 
 from pytest_llmperf.run.ab import round_order
-from pytest_llmperf.run.suite import CompareSpec
+from pytest_llmperf.run.suite import ABSpec
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.virtual import run_virtual_sweep
 from pytest_llmperf.verdicts.paired import judge_paired, remove_launch_factor
+from pytest_llmperf.verdicts.verdict import Verdict
 
 PROFILE = "sglang-rtxpro6000x4-qwen35-122b-a10b"
 LEVELS = (1, 4, 16, 32, 64, 128)
@@ -56,7 +57,7 @@ def launch(slowdown: tuple[tuple[int, int, float], ...]) -> dict[int, float]:
     return run_virtual_sweep(knobs, concurrencies=LEVELS).throughput()
 
 
-def ab_run(spec: CompareSpec, rounds: int, slowdown: tuple[tuple[int, int, float], ...]):
+def ab_run(spec: ABSpec, rounds: int, slowdown: tuple[tuple[int, int, float], ...]):
     """Per level: the paired log-ratios ln(new / old), one per round."""
     d: dict[int, list[float]] = {c: [] for c in LEVELS}
     for r in range(rounds):
@@ -84,7 +85,7 @@ def failures(d: dict[int, list[float]], n: int, adjust: str, tol: float) -> list
             tolerance=tol,
             adjusted=adjust == "launch",
         ).verdict
-        == "FAIL"
+        == Verdict.FAIL
     ]
 
 
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--tolerance", type=float, default=0.05)
     args = ap.parse_args(argv)
-    spec = CompareSpec(candidate="new", reference="old", rounds=args.rounds)
+    spec = ABSpec(candidate="new", reference="old", rounds=args.rounds)
     prefixes = sorted({min(4, args.rounds), args.rounds})
     t0 = time.monotonic()
     print(

@@ -19,7 +19,7 @@ RUNS unchanged runs (runs with any failed test), and the same CV table (no injec
 engine's own run-to-run noise).
 
 ``--mode ab``: a suite of two servers "old" and "new" (the same simulated server) with
-``[[compare]] candidate = "new" reference = "old" rounds = ROUNDS adjust = ADJUST``; the drop is
+``[[ab]] candidate = "new" reference = "old" rounds = ROUNDS adjust = ADJUST``; the drop is
 in "new". Printed: runs with any failure, runs where exactly ``test_ab[new-vs-old-C64]`` failed.
 With ``--llama BINARY`` the two servers are real llama-servers launched from their ``command``
 (levels 1,4,16, 128 in / 64 out, 16 slots each); cases ``unchanged`` (the same command) and
@@ -75,7 +75,7 @@ levels = [1, 16, 64]
 input_len = 512
 output_len = 128
 
-[[compare]]
+[[ab]]
 candidate = "new"
 reference = "old"
 rounds = {rounds}
@@ -100,7 +100,7 @@ input_len = 128
 output_len = 64
 backend = "openai"
 
-[[compare]]
+[[ab]]
 candidate = "new"
 reference = "old"
 rounds = {rounds}

@@ -22,12 +22,12 @@ SHARED_PREFIX = dict(
 
 @pytest.mark.llmperf(**SHARED_PREFIX, metrics=["cache_hit_rate"])
 def test_shared_prefix_hit_rate(llmperf_point):
-    llmperf_point.assert_baseline()
+    llmperf_point.check()
 
 
 @pytest.mark.llmperf(**SHARED_PREFIX, metrics=["median_ttft_ms"])
 def test_shared_prefix_ttft(llmperf_point):
-    llmperf_point.assert_baseline()
+    llmperf_point.check()
 
 
 # Launch -> healthy, per launched config: an upgrade that doubles model-load time fails. The
@@ -42,7 +42,7 @@ def test_shared_prefix_ttft(llmperf_point):
     tolerance={"startup_s": "90%", "first_request_ms": "90%"},
 )
 def test_startup(llmperf_point):
-    llmperf_point.assert_baseline()
+    llmperf_point.check()
 
 
 # multi-turn: 8 open conversations of 4 turns, each turn re-sending the previous prompt plus a
@@ -60,4 +60,4 @@ def test_startup(llmperf_point):
     metrics=["cache_hit_rate"],
 )
 def test_multi_turn_hit_rate(llmperf_point):
-    llmperf_point.assert_baseline()
+    llmperf_point.check()

@@ -52,6 +52,7 @@ class ComparisonAsserts(Generic[R]):
     """``.evaluate()`` and ``.check()`` for a comparison of two configs (gate, A/B)."""
 
     def evaluate(self) -> R:
+        """The judgement, without asserting (a ``GateResult``, an ``ABPoint``)."""
         __tracebackhide__ = True
         return call(super().evaluate)  # type: ignore[misc]
 
@@ -63,13 +64,16 @@ class ComparisonAsserts(Generic[R]):
 
 
 class SweepAsserts:
-    """``.measure()`` and ``.assert_baseline()`` for a whole-sweep check (crossover, SLO)."""
+    """``.measure()`` and ``.check()`` for a whole-sweep check (crossover, SLO)."""
 
     def measure(self) -> int:
+        """The whole-sweep number (a concurrency), measuring the sweep if need be."""
         __tracebackhide__ = True
         return call(super().measure)  # type: ignore[misc]
 
-    def assert_baseline(self) -> None:
+    def check(self) -> None:
         """Fail when the number fell below its baseline; warn when it rose (stale)."""
         __tracebackhide__ = True
         enact(call(self.judge))  # type: ignore[attr-defined]
+
+    assert_baseline = check  # the older name, kept as an alias

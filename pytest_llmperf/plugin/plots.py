@@ -26,7 +26,8 @@ def write_plots(
     """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""
     from pytest_llmperf.report.plots import PlotsUnavailable, plot_all
     from pytest_llmperf.verdicts.baseline import EntryKey
-    from pytest_llmperf.verdicts.compare import Verdict, resolve_tolerance
+    from pytest_llmperf.verdicts.compare import resolve_tolerance
+    from pytest_llmperf.verdicts.verdict import Verdict
 
     bands: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
     for sweep in sweeps:

@@ -88,13 +88,13 @@ def finish(llm: LLMPerfSession, session: pytest.Session) -> None:
 def bisect_status(llm: LLMPerfSession, session: pytest.Session) -> int:
     """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did
     not start, a level was invalid), 1 on a regression or any failed test, else 0."""
-    from pytest_llmperf.verdicts.compare import Verdict
+    from pytest_llmperf.verdicts.verdict import Verdict
 
     if llm.unmeasured or llm.invalid:
         return 125
     verdicts = [p.verdict for ps in llm.points.values() for p in ps]
     verdicts += [g.verdict for g in llm.gates]
-    failed = Verdict.FAIL in verdicts or any(r.verdict == "fail" for r in llm.sweep_checks)
+    failed = Verdict.FAIL in verdicts or any(r.verdict == Verdict.FAIL for r in llm.sweep_checks)
     return 1 if failed or session.testsfailed else 0
 
 

@@ -81,7 +81,7 @@ class LLMPerfSession:
     def suite_path(self, start: Path) -> Path | None:
         from pytest_llmperf.run.suite import find_suite_file
 
-        explicit = self.settings.get("config")
+        explicit = self.settings.get("config")  # --llmperf-config: the flag names the suite file
         if explicit:
             p = Path(explicit)
             return p if p.is_absolute() else self.rootdir / p

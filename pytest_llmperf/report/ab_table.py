@@ -1,6 +1,6 @@
 """A/B results: the ``ab.json`` file next to ``results.json``, and its tables.
 
-One row per (compare, level): rounds, both servers' mean, the paired change with its CI, and
+One row per (A/B, level): rounds, both servers' mean, the paired change with its CI, and
 the verdict; the Markdown table goes to ``$GITHUB_STEP_SUMMARY`` like the run's other tables.
 """
 
@@ -10,11 +10,16 @@ import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from tabulate import tabulate
 
-AB_SCHEMA_VERSION = 1
+from pytest_llmperf.verdicts.verdict import Verdict, parse_verdict
+
+# 2: verdicts in the one lower-case vocabulary (``Verdict``) and a point's A/B named ``ab``;
+# 1 wrote upper-case verdicts and ``compare``, and is still read.
+AB_SCHEMA_VERSION: Literal[2] = 2
 AB_FILE_NAME = "ab.json"
 
 
@@ -23,7 +28,7 @@ class ABPoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    compare: str
+    ab: str  # the [[ab]] entry's label
     candidate: str
     reference: str
     metric: str
@@ -39,8 +44,17 @@ class ABPoint(BaseModel):
     confidence: float
     tolerance: float
     adjust: str
-    verdict: str
+    verdict: Verdict
     message: str
+
+    _verdict = field_validator("verdict", mode="before")(parse_verdict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema_1(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "compare" in data and "ab" not in data:
+            data = {("ab" if k == "compare" else k): v for k, v in data.items()}
+        return data
 
 
 class ABFile(BaseModel):
@@ -48,7 +62,7 @@ class ABFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int = AB_SCHEMA_VERSION
+    schema_version: Literal[1, 2] = AB_SCHEMA_VERSION
     points: list[ABPoint]
 
 
@@ -63,10 +77,10 @@ def _mean(values: Sequence[float | None]) -> str:
 
 def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
     rows = []
-    for p in sorted(points, key=lambda p: (p.compare, p.concurrency)):
+    for p in sorted(points, key=lambda p: (p.ab, p.concurrency)):
         rows.append(
             [
-                p.compare,
+                p.ab,
                 str(p.concurrency),
                 str(p.rounds),
                 _mean(p.reference_values),
@@ -84,7 +98,7 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
     if not points:
         return ""
     metric = points[0].metric if len({p.metric for p in points}) == 1 else "metric"
-    headers = ["compare", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
+    headers = ["ab", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
     headers += ["change", f"{points[0].confidence * 100:g} % CI", "verdict"]
     return tabulate(ab_rows(points), headers=headers, tablefmt=tablefmt, disable_numparse=True)
 

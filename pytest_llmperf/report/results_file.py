@@ -32,7 +32,6 @@ from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
     PointComparison,
-    Verdict,
     compare_sweep,
     exit_status,
     validate_tolerance,
@@ -47,6 +46,7 @@ from pytest_llmperf.verdicts.gates import (
 )
 from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy
+from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
     "CompareSettings",
@@ -81,7 +81,7 @@ class Judgement(BaseModel):
     config: str
     workload: str  # Workload.key() of the sweep it judged
     concurrency: int | None = None  # None for a whole-sweep check (crossover)
-    verdict: str
+    verdict: Verdict
     metrics: list[str] | None = None
     tolerances: dict[str, float] = Field(default_factory=dict)
     policy: ValidityPolicy = Field(default_factory=ValidityPolicy)

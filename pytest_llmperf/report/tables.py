@@ -14,9 +14,10 @@ from typing import Any
 from tabulate import tabulate
 
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.verdicts.compare import PointComparison, Verdict, explain, fmt_num
+from pytest_llmperf.verdicts.compare import PointComparison, explain, fmt_num
 from pytest_llmperf.verdicts.gates import GateResult
 from pytest_llmperf.verdicts.validity import context_shortfall
+from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
     "LEVEL_HEADERS",

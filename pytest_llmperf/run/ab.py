@@ -1,12 +1,12 @@
 """Same-job A/B runs: two servers measured in interleaved rounds, judged on paired differences.
 
-A ``[[compare]]`` entry names a candidate and a reference server. ``ABRun.measure`` runs
+A ``[[ab]]`` entry names a candidate and a reference server. ``ABRun.measure`` runs
 ``rounds`` rounds; each round launches both servers afresh, one at a time (reference first in
 even rounds, candidate first in odd ones, unless ``order = "fixed"``: alternating cancels an
 order effect such as a warming box), and measures every level of the sweep on each launch.
 Relaunching per round is what makes the rounds independent samples of per-launch noise; pairing
 the two launches of a round cancels slow drift of the machine. ``verdicts/paired.py`` judges
-each level on the paired log-ratios. All levels of a compare are measured once, on the first
+each level on the paired log-ratios. All levels of an A/B are measured once, on the first
 check that asks, and shared by the checks of the other levels.
 
 An invalid level (``verdicts/validity.py``: failed requests, a starved load generator, prompts
@@ -27,16 +27,17 @@ from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.suite import CompareSpec
+from pytest_llmperf.run.suite import ABSpec
 from pytest_llmperf.verdicts.paired import PairedResult, judge_paired, remove_launch_factor
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
+from pytest_llmperf.verdicts.verdict import Verdict
 
 
 class ABError(LLMPerfError, RuntimeError):
     """An A/B run could not be completed (a server did not start, or a level had no value)."""
 
 
-def round_order(spec: CompareSpec, index: int) -> tuple[str, str]:
+def round_order(spec: ABSpec, index: int) -> tuple[str, str]:
     """Which server runs first in round ``index``."""
     first_ref = spec.order == "fixed" or index % 2 == 0
     pair = (spec.reference, spec.candidate)
@@ -52,9 +53,9 @@ def metric_of(level: LevelResult, name: str, where: str) -> float:
 
 @dataclass
 class ABRun:
-    """The rounds of one ``[[compare]]`` over one sweep, measured once and judged per level."""
+    """The rounds of one ``[[ab]]`` over one sweep, measured once and judged per level."""
 
-    spec: CompareSpec
+    spec: ABSpec
     levels: tuple[int, ...]
     workload: Workload
     run: PerfRun
@@ -85,13 +86,13 @@ class ABRun:
                         self.values.setdefault(config, {}).setdefault(c, []).append(value)
                     self.run.stop(config)
         except (PointError, ABError) as exc:
-            self.error = f"compare {spec.label}: round {len(self.orders)}: {exc}"
+            self.error = f"ab {spec.label}: round {len(self.orders)}: {exc}"
             raise ABError(self.error) from None
         self.measured = True
 
     def _value(self, config: str, c: int, r: int) -> float:
         """The metric of one valid measurement of the level on this launch, else NaN."""
-        where = f"compare {self.spec.label}: {config} at C={c}, round {r + 1}"
+        where = f"ab {self.spec.label}: {config} at C={c}, round {r + 1}"
         reasons: list[str] = []
         for _ in range(2):  # an invalid level is measured once more, with fresh prompts
             level = self.run.measure(config, self.workload, c, keep=False)
@@ -141,7 +142,7 @@ class ABRun:
         if len(d) < 2:
             return replace(
                 res,
-                verdict="INVALID",
+                verdict=Verdict.INVALID,
                 message=(
                     f"{spec.candidate} vs {spec.reference} at C={concurrency}: {left}; fewer "
                     "than 2 valid paired rounds remain, so this is not a performance verdict"
@@ -157,7 +158,7 @@ def _or_none(values: list[float]) -> list[float | None]:
 def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
     c = result.concurrency
     return ABPoint(
-        compare=ab.spec.label,
+        ab=ab.spec.label,
         candidate=result.candidate,
         reference=result.reference,
         metric=result.metric,
@@ -179,7 +180,7 @@ def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
 
 @dataclass
 class ABCheck:
-    """One (compare, level) test: ``.evaluate()`` the paired result, ``.judge()`` its outcome."""
+    """One (A/B, level) test: ``.evaluate()`` the paired result, ``.judge()`` its outcome."""
 
     ab: ABRun
     concurrency: int
@@ -199,16 +200,16 @@ class ABCheck:
                 self.on_properties(
                     [
                         ("llmperf_ab_change", f"{result.change:.5f}"),
-                        ("llmperf_ab_verdict", result.verdict),
+                        ("llmperf_ab_verdict", result.verdict.value),
                     ]
                 )
         return self._point
 
     def judge(self) -> Outcome:
         point = self.evaluate()
-        if point.verdict == "FAIL":
+        if point.verdict == Verdict.FAIL:
             return Outcome.fail(point.message)
-        if point.verdict == "INVALID":
+        if point.verdict == Verdict.INVALID:
             if self.on_invalid is not None:
                 self.on_invalid(point.message)
             if self.invalid_policy == "fail":
@@ -217,6 +218,6 @@ class ABCheck:
                 )
             return Outcome("skip", f"llmperf INVALID measurement: {point.message}")
         outcome = Outcome()
-        if point.verdict == "INCONCLUSIVE":
+        if point.verdict == Verdict.INCONCLUSIVE:
             outcome.warnings.append(("inconclusive", point.message))
         return outcome

@@ -57,7 +57,7 @@ def baseline_residuals(
         centers = {c: sum(vs) / len(vs) for c, vs in per_level.items()}
         summary = summarize_residuals(launch_residuals(values, centers, concurrency))
         if summary is not None:
-            out[name] = LaunchResidual(mean=summary.mean, sd=summary.sd, n=summary.n)
+            out[name] = summary
     return out
 
 

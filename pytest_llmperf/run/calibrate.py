@@ -55,8 +55,8 @@ def run_suite(
     return [load_run(f) for f in files]
 
 
-CONFIG_FLAG = "--llmperf-config"
-CONFIG_ENV = "LLMPERF_CONFIG"
+SUITE_FLAG = "--llmperf-config"
+SUITE_ENV = "LLMPERF_CONFIG"
 
 
 def find_suite_for(
@@ -67,13 +67,13 @@ def find_suite_for(
     the first test path up to ``cwd``, the rootdir), and where it was found, for the report."""
     args = list(pytest_args)
     for i, arg in enumerate(args):
-        if arg == CONFIG_FLAG and i + 1 < len(args):
-            return cwd / args[i + 1], f"{CONFIG_FLAG} {args[i + 1]}"
-        if arg.startswith(CONFIG_FLAG + "="):
+        if arg == SUITE_FLAG and i + 1 < len(args):
+            return cwd / args[i + 1], f"{SUITE_FLAG} {args[i + 1]}"
+        if arg.startswith(SUITE_FLAG + "="):
             value = arg.partition("=")[2]
-            return cwd / value, f"{CONFIG_FLAG}={value}"
-    if env.get(CONFIG_ENV):
-        return cwd / env[CONFIG_ENV], f"{CONFIG_ENV}={env[CONFIG_ENV]}"
+            return cwd / value, f"{SUITE_FLAG}={value}"
+    if env.get(SUITE_ENV):
+        return cwd / env[SUITE_ENV], f"{SUITE_ENV}={env[SUITE_ENV]}"
     for arg in args:
         if arg.startswith("-"):
             continue

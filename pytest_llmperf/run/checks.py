@@ -40,11 +40,11 @@ from pytest_llmperf.verdicts.baseline import (
 from pytest_llmperf.verdicts.compare import (
     DEFAULT_METRICS,
     PointComparison,
-    Verdict,
     compare_point,
 )
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
 from pytest_llmperf.verdicts.validity import ValidityPolicy
+from pytest_llmperf.verdicts.verdict import Verdict
 
 
 def _provenance(run: PerfRun, config: str) -> Provenance:
@@ -54,7 +54,7 @@ def _provenance(run: PerfRun, config: str) -> Provenance:
 def _needs_launches(pc: PointComparison) -> bool:
     """Every inconclusive metric is unresolvable: its measured launch-to-launch noise alone
     puts the margin above the tolerance, which only more launches can narrow."""
-    open_ = [m.decision for m in pc.metrics if m.decision.outcome == "inconclusive"]
+    open_ = [m.decision for m in pc.metrics if m.decision.outcome == Verdict.INCONCLUSIVE]
     return bool(open_) and all(not d.resolved for d in open_)
 
 
@@ -68,7 +68,7 @@ def _judged(
     check: Any,
     kind: Literal["point", "gate", "crossover"],
     config: str,
-    verdict: str,
+    verdict: Verdict,
     **settings: Any,
 ) -> None:
     """Hand ``check``'s verdict and the settings it was judged with to its ``on_judgement``."""
@@ -76,7 +76,7 @@ def _judged(
         policy = check.policy or ValidityPolicy()
         key = check.workload.key()
         check.on_judgement(Judgement(kind=kind, nodeid=check.nodeid, config=config, workload=key,
-                                     verdict=str(verdict), policy=policy, **settings))  # fmt: skip
+                                     verdict=verdict, policy=policy, **settings))  # fmt: skip
 
 
 def _busy(on_busy: OnBusy | None, points: list[BusyPoint]) -> Outcome:
@@ -108,7 +108,7 @@ class SweepCheckResult:
     label: str
     value: int | None
     baseline: int | None
-    verdict: str
+    verdict: Verdict
 
 
 @dataclass
@@ -196,9 +196,10 @@ class PointCheck:
             self.run.hardware_for(self.config), self.config, self.workload.key(), self.concurrency
         )
 
-    def compare(self) -> PointComparison:
-        """Compare with the baseline, re-measuring an inconclusive point up to ``max_reruns``
-        times (a failing one once, to confirm it), in fresh launches where it can."""
+    def evaluate(self) -> PointComparison:
+        """Judge against the baseline without asserting, re-measuring an inconclusive point up
+        to ``max_reruns`` times (a failing one once, to confirm it), in fresh launches where it
+        can."""
         entry = self.store.get(self.key)
 
         def judge() -> PointComparison:
@@ -239,6 +240,8 @@ class PointCheck:
         self.comparison = pc
         return pc
 
+    compare = evaluate  # the older name, kept as an alias
+
     def judge(self) -> Outcome:
         """Fail when a gated metric regressed beyond tolerance and beyond noise.
 
@@ -246,7 +249,7 @@ class PointCheck:
         new or changed entries and pass. Invalid measurement: skip (or fail, by setting).
         Raises ``BaselineFileError`` when the stored file cannot be read.
         """
-        pc = self.compare()
+        pc = self.evaluate()
         if self.on_properties is not None:
             self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:

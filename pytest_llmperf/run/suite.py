@@ -7,6 +7,7 @@ and the field.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from pytest_llmperf.run.settings import SETTINGS_BY_NAME, SUITE_KEYS
 from pytest_llmperf.verdicts.gates import Gate, GateError, load_gates
 
 SUITE_FILE_NAME = "llmperf.toml"
-_TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo", "compare"}
+_TOP_LEVEL = {"server", "sweep", "gate", "crossover", "slo", "ab", "compare"}
 
 
 class SuiteError(InputError):
@@ -82,8 +83,14 @@ class CrossoverSpec(BaseModel):
         return self.name or f"{self.config}-vs-{self.reference}"
 
 
-class CompareSpec(BaseModel):
-    """``[[compare]]``: a same-job A/B of two servers (``verdicts/paired.py``, ``run/ab.py``).
+class SuiteDeprecationWarning(FutureWarning):
+    """A suite file uses an older spelling that still works; the message names the new one.
+
+    A ``FutureWarning`` so that it shows outside pytest too (``llmperf compare --suite``)."""
+
+
+class ABSpec(BaseModel):
+    """``[[ab]]``: a same-job A/B of two servers (``verdicts/paired.py``, ``run/ab.py``).
 
     ``rounds`` rounds, each launching reference and candidate afresh (order alternating per
     round unless ``order = "fixed"``) and measuring every level of the sweep on each; a point
@@ -106,7 +113,7 @@ class CompareSpec(BaseModel):
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
     @model_validator(mode="after")
-    def _two_servers(self) -> CompareSpec:
+    def _two_servers(self) -> ABSpec:
         if self.candidate == self.reference:
             raise ValueError("candidate and reference must be two different servers")
         return self
@@ -114,6 +121,9 @@ class CompareSpec(BaseModel):
     @property
     def label(self) -> str:
         return self.name or f"{self.candidate}-vs-{self.reference}"
+
+
+CompareSpec = ABSpec  # the older name, from when the section was [[compare]]
 
 
 @dataclass
@@ -126,7 +136,12 @@ class Suite:
     gates: list[Gate] = field(default_factory=list)
     crossovers: list[CrossoverSpec] = field(default_factory=list)
     slo: Slo | None = None
-    compares: list[CompareSpec] = field(default_factory=list)
+    ab: list[ABSpec] = field(default_factory=list)
+
+    @property
+    def compares(self) -> list[ABSpec]:
+        """The older name of ``ab``."""
+        return self.ab
 
     def server(self, name: str) -> ServerConfig:
         for s in self.servers:
@@ -153,7 +168,7 @@ class Suite:
         for pair in (
             [(g.config, g.reference) for g in self.gates]
             + [(c.config, c.reference) for c in self.crossovers]
-            + [(c.candidate, c.reference) for c in self.compares]
+            + [(c.candidate, c.reference) for c in self.ab]
         ):
             a, b = pair
             if a in parent and b in parent:
@@ -221,7 +236,23 @@ def suite_from_data(
     except GateError as exc:
         problems.append(str(exc))
     crossovers = _tables(CrossoverSpec, data.get("crossover", []), f"{source}: crossover", problems)
-    compares = _tables(CompareSpec, data.get("compare", []), f"{source}: compare", problems)
+    section = "ab"
+    if "compare" in data:
+        if "ab" in data:
+            problems.append(
+                f"{source}: both [[ab]] and [[compare]]; [[compare]] is the older name of "
+                "[[ab]]: move its entries into [[ab]]"
+            )
+        else:
+            section = "compare"
+            warnings.warn(
+                SuiteDeprecationWarning(
+                    f"{source}: [[compare]] is now spelled [[ab]] (same keys); "
+                    "[[compare]] still works for now"
+                ),
+                stacklevel=2,
+            )
+    abs_ = _tables(ABSpec, data.get(section, []), f"{source}: {section}", problems)
     slo: Slo | None = None
     if data.get("slo") is not None:
         try:
@@ -237,13 +268,13 @@ def suite_from_data(
         for role, name in (("config", c.config), ("reference", c.reference)):
             if servers and name not in names:
                 problems.append(f"{source}: crossover[{i}].{role}: no server named {name!r}")
-    for i, cmp in enumerate(compares):
-        for role, name in (("candidate", cmp.candidate), ("reference", cmp.reference)):
+    for i, spec in enumerate(abs_):
+        for role, name in (("candidate", spec.candidate), ("reference", spec.reference)):
             if servers and name not in names:
-                problems.append(f"{source}: compare[{i}].{role}: no server named {name!r}")
-    labels = [c.label for c in compares]
+                problems.append(f"{source}: {section}[{i}].{role}: no server named {name!r}")
+    labels = [c.label for c in abs_]
     for label in sorted({x for x in labels if labels.count(x) > 1}):
-        problems.append(f"{source}: compare: two entries named {label!r}; give each a 'name'")
+        problems.append(f"{source}: {section}: two entries named {label!r}; give each a 'name'")
     if problems:
         raise SuiteError("invalid llmperf suite file:\n  " + "\n  ".join(problems))
     return Suite(
@@ -253,7 +284,7 @@ def suite_from_data(
         gates=gates,
         crossovers=crossovers,
         slo=slo,
-        compares=compares,
+        ab=abs_,
     )
 
 

@@ -31,9 +31,6 @@ from pytest_llmperf.verdicts.baseline import (
     EntryKey,
     summarize,
 )
-from pytest_llmperf.verdicts.compare import (
-    Verdict,
-)
 from pytest_llmperf.verdicts.crossover import (
     CrossoverEstimate,
     CrossoverRule,
@@ -43,6 +40,7 @@ from pytest_llmperf.verdicts.crossover import (
     judge_sweep_metric,
 )
 from pytest_llmperf.verdicts.validity import ValidityPolicy
+from pytest_llmperf.verdicts.verdict import Verdict
 
 
 @dataclass
@@ -133,18 +131,18 @@ class SweepMetricCheck:
             changed = base != value or self.rerecord
             if changed:
                 self._record(value, entry)
-            self._report(value, base, "recorded" if changed else "pass")
+            self._report(value, base, Verdict.RECORDED if changed else Verdict.PASS)
             return Outcome()
         if base is None:
-            self._report(value, base, "missing")
+            self._report(value, base, Verdict.MISSING)
             record = self.record_command or f"pytest '{self.nodeid}' --llmperf-update"
             return Outcome.fail(
                 f"{self.label}: {self.metric_name} C={value} has no baseline; record it: {record}"
             )
         if value < base:
-            self._report(value, base, "fail")
+            self._report(value, base, Verdict.FAIL)
             return Outcome.fail(self.why(value, base))
-        self._report(value, base, "pass")
+        self._report(value, base, Verdict.PASS)
         return self._stale(value, base)
 
     def _stale(self, value: int, base: int) -> Outcome:
@@ -161,7 +159,7 @@ class SweepMetricCheck:
             entry = old.model_copy(update={"metrics": {**old.metrics, self.metric_name: summary}})
         self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
 
-    def _report(self, value: int, base: int | None, verdict: str) -> None:
+    def _report(self, value: int, base: int | None, verdict: Verdict) -> None:
         if self.on_result is not None:
             self.on_result(SweepCheckResult(self.metric_name, self.label, value, base, verdict))
 
@@ -242,7 +240,7 @@ class CrossoverCheck(SweepMetricCheck):
         levels = sorted(self.levels)
         sweeps = [self.run.sweep(n, self.workload) for n in self.configs]
         msg = crossover_message(self._rule(), est, base, verdict, levels, *sweeps)
-        self._report(value, base, verdict.value)
+        self._report(value, base, verdict)
         if verdict == Verdict.FAIL:
             return Outcome.fail(msg)
         if verdict == Verdict.INVALID:
@@ -268,7 +266,7 @@ class CrossoverCheck(SweepMetricCheck):
                 out.append(busy_point(name, samples))
         return out  # low: risen beyond the noise
 
-    def _report(self, value: int, base: int | None, verdict: str) -> None:
+    def _report(self, value: int, base: int | None, verdict: Verdict) -> None:
         super()._report(value, base, verdict)
         spec = self._spec
         _judged(self, "crossover", spec.config, verdict, reference=spec.reference,

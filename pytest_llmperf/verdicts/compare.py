@@ -17,21 +17,26 @@ import math
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.baseline import BaselineStore
-from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, MetricSummary
+from pytest_llmperf.verdicts.baseline_file import (
+    BaselineEntry,
+    EntryKey,
+    LaunchResidual,
+    MetricSummary,
+)
 from pytest_llmperf.verdicts.launch_adjust import (
-    ResidualSummary,
+    MIN_LEVELS,
     current_residuals,
     decide_adjusted,
     launches_of,
 )
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
+from pytest_llmperf.verdicts.verdict import Verdict, worst
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -65,29 +70,6 @@ DEFAULT_METRICS: tuple[str, ...] = (
 )
 # Start-up is one sample per launch and moves with disk and page cache; doubling must fail.
 _STARTUP_TOLERANCE = 0.5
-
-
-class Verdict(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    INCONCLUSIVE = "inconclusive"
-    INVALID = "invalid"
-    MISSING = "missing"  # no baseline entry (fails like a missing syrupy snapshot)
-    RECORDED = "recorded"  # --llmperf-update wrote this point's baseline (it passes)
-
-
-_SEVERITY = {
-    Verdict.PASS: 0,
-    Verdict.RECORDED: 0,
-    Verdict.INCONCLUSIVE: 1,
-    Verdict.MISSING: 2,
-    Verdict.FAIL: 3,
-    Verdict.INVALID: 4,
-}
-
-
-def worst(verdicts: Iterable[Verdict]) -> Verdict:
-    return max(verdicts, key=_SEVERITY.__getitem__, default=Verdict.PASS)
 
 
 class ToleranceError(InputError):
@@ -302,11 +284,7 @@ def compare_metric(
         t_margin=t_margin,
     )
     cur = statistics.fmean(samples)
-    verdict = {
-        "pass": Verdict.PASS,
-        "fail": Verdict.FAIL,
-        "inconclusive": Verdict.INCONCLUSIVE,
-    }[dec.outcome]
+    verdict = dec.outcome
     where = " ".join(p for p in (config, "" if concurrency is None else f"at C={concurrency}") if p)
     unit = f" {d.unit}" if d.unit else ""
     k = dec.n_launches_current or len(samples)
@@ -341,7 +319,7 @@ def compare_metric(
 def with_launch_adjustment(
     mc: MetricComparison,
     residuals: Sequence[float],
-    base: ResidualSummary,
+    base: LaunchResidual,
     tolerance: float,
     rule: NoiseRule | None = None,
     why: Sequence[str] = (),
@@ -358,21 +336,21 @@ def with_launch_adjustment(
         f"{_pct(abs(ch))} {side} baseline with each launch's speed removed (over {launches}, "
         f"noise margin {_pct(adj.margin)})"
     )
-    if mc.verdict == Verdict.FAIL or adj.outcome == "fail":
+    if mc.verdict == Verdict.FAIL or adj.outcome == Verdict.FAIL:
         verdict = Verdict.FAIL
-    elif adj.outcome == "pass":
+    elif adj.outcome == Verdict.PASS:
         verdict = Verdict.PASS
     else:
         verdict = Verdict.INCONCLUSIVE
     head = mc.message.partition(" (tolerance ")[0]
     msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted: {adj_text}"
-    if verdict == Verdict.FAIL and adj.outcome != "fail":
+    if verdict == Verdict.FAIL and adj.outcome != Verdict.FAIL:
         msg += "; the plain difference alone is beyond the launch noise"
     elif verdict == Verdict.INCONCLUSIVE:
         msg += f"; {adj.advice()}"
     if why and verdict != Verdict.PASS:
         msg += "; " + "; ".join(why)
-    decision = adj if verdict != Verdict.FAIL or adj.outcome == "fail" else mc.decision
+    decision = adj if verdict != Verdict.FAIL or adj.outcome == Verdict.FAIL else mc.decision
     return dataclasses.replace(mc, decision=decision, verdict=verdict, message=msg)
 
 
@@ -467,7 +445,7 @@ def compare_point(
             mc = with_launch_adjustment(
                 mc,
                 adjusted[name],
-                ResidualSummary(res.mean, res.sd, res.n),
+                res,
                 tol,
                 rule,
                 why,
@@ -483,7 +461,7 @@ def compare_point(
 def _missing_metric(name: str) -> MetricComparison:
     d = METRICS[name]
     nan = math.nan
-    dec = Decision("pass", False, nan, nan, nan, nan, "margin", 0, 0)
+    dec = Decision(Verdict.PASS, False, nan, nan, nan, nan, "margin", 0, 0)
     return MetricComparison(name, d.unit, nan, 0, nan, dec, Verdict.MISSING, "")
 
 
@@ -505,7 +483,7 @@ def compare_sweep(
     by their launch, over the whole sweep)."""
     out = []
     wl = sweep.workload.key()
-    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= 3 else {}
+    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= MIN_LEVELS else {}
 
     def entry_for(c: int) -> BaselineEntry | None:
         return store.get(EntryKey(hardware, sweep.config, wl, c), mark_used=False)

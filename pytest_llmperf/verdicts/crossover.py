@@ -18,10 +18,10 @@ from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
-from pytest_llmperf.verdicts.compare import Verdict
 from pytest_llmperf.verdicts.gates import NoisePrior, gate_margin
 from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
+from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
     "CrossoverEstimate",

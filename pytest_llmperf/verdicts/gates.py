@@ -21,9 +21,10 @@ from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.base.values import MetricName
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry
-from pytest_llmperf.verdicts.compare import Verdict, explain, fmt_num, worst
+from pytest_llmperf.verdicts.compare import explain, fmt_num
 from pytest_llmperf.verdicts.stats import LaunchNoise, NoiseRule, Side
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
+from pytest_llmperf.verdicts.verdict import Verdict, worst
 
 __all__ = [
     "Gate",

@@ -5,7 +5,7 @@ at its own speed: every level of one launch is 10-20 % faster or slower together
 stored baseline that per-launch factor is noise no tolerance can sit above (a 25 % drop at
 one level hides inside it). But it is *shared by the levels of a launch*, so it can be
 estimated and removed, as A/B mode's ``adjust = "launch"`` does for paired rounds
-(``paired.remove_launch_factor``):
+(``paired.remove_launch_factor``, on this module's ``remove_common_factor``):
 
 * each level's value is taken relative to its baseline centre, ``q_C = ln(v_C / base_C)``;
 * the launch factor is the median of ``q`` over the launch's levels (the median, so that one
@@ -24,16 +24,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
-from pytest_llmperf.verdicts.baseline_file import BaselineEntry
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 
 __all__ = [
     "MIN_LEVELS",
     "ResidualSummary",
+    "remove_common_factor",
     "adjustable",
     "current_residuals",
     "decide_adjusted",
@@ -51,6 +51,17 @@ def adjustable(name: str) -> bool:
     return unit.endswith("/s") or unit == "ms"
 
 
+def remove_common_factor(q: Mapping[int, float]) -> dict[int, float] | None:
+    """The one launch-factor removal, for baselines and paired A/B rounds alike: each level's
+    log-ratio ``q`` minus the median over the finite levels of one launch (or round). None
+    when fewer than ``MIN_LEVELS`` levels are finite (a NaN level stays NaN)."""
+    finite = [v for v in q.values() if math.isfinite(v)]
+    if len(finite) < MIN_LEVELS:
+        return None
+    center = statistics.median(finite)
+    return {c: v - center for c, v in q.items()}
+
+
 def launch_residuals(
     by_launch: Mapping[str, Mapping[int, float]],
     centers: Mapping[int, float],
@@ -65,31 +76,27 @@ def launch_residuals(
             for c, v in values.items()
             if v > 0 and centers.get(c, 0) > 0
         }
-        if concurrency in q and len(q) >= MIN_LEVELS:
-            out.append(q[concurrency] - statistics.median(q.values()))
+        residuals = remove_common_factor(q) if concurrency in q else None
+        if residuals is not None:
+            out.append(residuals[concurrency])
     return out
 
 
-@dataclass(frozen=True)
-class ResidualSummary:
-    """Mean and spread of a level's launch residuals in the baseline, over ``n`` launches."""
-
-    mean: float
-    sd: float | None
-    n: int
+# A level's residual summary is the type the baseline file stores; one type, not two.
+ResidualSummary = LaunchResidual
 
 
-def summarize_residuals(residuals: Sequence[float]) -> ResidualSummary | None:
+def summarize_residuals(residuals: Sequence[float]) -> LaunchResidual | None:
     if not residuals:
         return None
     sd = statistics.stdev(residuals) if len(residuals) >= 2 else None
-    return ResidualSummary(statistics.fmean(residuals), sd, len(residuals))
+    return LaunchResidual(mean=statistics.fmean(residuals), sd=sd, n=len(residuals))
 
 
 def decide_adjusted(
     name: str,
     residuals: Sequence[float],
-    base: ResidualSummary,
+    base: LaunchResidual,
     tolerance: float,
     rule: NoiseRule | None = None,
     within_se: Sequence[float | None] = (),

@@ -6,12 +6,13 @@ roadmap, sgl-project/sglang #21157, #24563). An A/B run measures both servers in
 rounds instead (reference, candidate, candidate, reference, ...), so slow drift of the machine
 hits both members of a round alike. Each round gives one paired log-ratio per level,
 ``d_r = ln(candidate_r / reference_r)``; the verdict is on the mean of the ``d_r`` and its
-t-based confidence interval (Student's t with ``n - 1`` degrees of freedom, ``n`` rounds):
+t-based confidence interval (Student's t with ``n - 1`` degrees of freedom, ``n`` rounds),
+in the one vocabulary of ``verdicts/verdict.py``:
 
-* FAIL when the whole CI is worse than the tolerance (a regression beyond it, beyond noise);
-* PASS when the whole CI is better than that (no regression as large as the tolerance);
-* INCONCLUSIVE otherwise (the rounds cannot tell: add rounds);
-* INVALID when fewer than two rounds had a valid measurement on both sides (``run/ab.py``
+* ``FAIL`` when the whole CI is worse than the tolerance (a regression beyond it, beyond noise);
+* ``PASS`` when the whole CI is better than that (no regression as large as the tolerance);
+* ``INCONCLUSIVE`` otherwise (the rounds cannot tell: add rounds);
+* ``INVALID`` when fewer than two rounds had a valid measurement on both sides (``run/ab.py``
   leaves a round whose level is invalid out of that level's pairs: it is not a sample of speed).
 
 Log-ratios make the test scale-free and symmetric (a 2x speed-up and a 2x slow-down are
@@ -30,16 +31,15 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from scipy import stats as _scipy_stats
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import metric
+from pytest_llmperf.verdicts.launch_adjust import MIN_LEVELS, remove_common_factor
+from pytest_llmperf.verdicts.verdict import Verdict
 
-PairedVerdict = Literal["PASS", "FAIL", "INCONCLUSIVE", "INVALID"]
 DEFAULT_CONFIDENCE = 0.95
-MIN_LEVELS_FOR_LAUNCH_ADJUST = 3
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class PairedResult:
     ci_high: float
     tolerance: float
     confidence: float
-    verdict: PairedVerdict
+    verdict: Verdict
     message: str
     adjusted: bool = False  # launch factor removed (remove_launch_factor)
 
@@ -92,33 +92,25 @@ def mean_ci(
 
 
 def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, list[float]]:
-    """Subtract each round's median log-ratio over the levels (see the module docstring).
+    """Subtract each round's median log-ratio over the levels (see the module docstring):
+    ``launch_adjust.remove_common_factor`` per round.
 
-    The median, not the mean, so that a regression at one level does not leak into the others;
-    it needs at least three levels for that (with two, the median is the mean). A NaN (a level
-    measured invalid in that round) stays NaN; a round with fewer than three finite levels
-    cannot be adjusted and becomes NaN at every level.
+    A NaN (a level measured invalid in that round) stays NaN; a round with fewer than
+    ``MIN_LEVELS`` finite levels cannot be adjusted and becomes NaN at every level.
     """
     levels = sorted(per_level)
-    if len(levels) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
+    if len(levels) < MIN_LEVELS:
         raise InputError(
-            f"adjust = 'launch' needs at least {MIN_LEVELS_FOR_LAUNCH_ADJUST} levels in the "
-            f"sweep, got {len(levels)}"
+            f"adjust = 'launch' needs at least {MIN_LEVELS} levels in the sweep, got {len(levels)}"
         )
     rounds = {len(per_level[c]) for c in levels}
     if len(rounds) != 1:
         raise InputError("adjust = 'launch' needs the same number of rounds at every level")
-    n = rounds.pop()
     out: dict[int, list[float]] = {c: [] for c in levels}
-    for r in range(n):
-        finite = [per_level[c][r] for c in levels if math.isfinite(per_level[c][r])]
-        if len(finite) < MIN_LEVELS_FOR_LAUNCH_ADJUST:
-            for c in levels:
-                out[c].append(math.nan)
-            continue
-        center = statistics.median(finite)
+    for r in range(rounds.pop()):
+        residuals = remove_common_factor({c: per_level[c][r] for c in levels})
         for c in levels:
-            out[c].append(per_level[c][r] - center)
+            out[c].append(math.nan if residuals is None else residuals[c])
     return out
 
 
@@ -152,7 +144,7 @@ def judge_paired(
     n = len(d)
 
     def result(
-        change: float, low: float, high: float, verdict: PairedVerdict, message: str
+        change: float, low: float, high: float, verdict: Verdict, message: str
     ) -> PairedResult:
         return PairedResult(
             candidate=candidate,
@@ -176,9 +168,9 @@ def judge_paired(
             change,
             change,
             change,
-            "INCONCLUSIVE",
+            Verdict.INCONCLUSIVE,
             f"{candidate} vs {reference} at C={concurrency}: {n} paired round(s); "
-            "a paired verdict needs at least 2 (set rounds = 2 or more in [[compare]])",
+            "a paired verdict needs at least 2 (set rounds = 2 or more in [[ab]])",
         )
     m, lo, hi = mean_ci(d, confidence)
     change, ci_low, ci_high = math.exp(m) - 1, math.exp(lo) - 1, math.exp(hi) - 1
@@ -189,7 +181,7 @@ def judge_paired(
     else:
         worse_beyond = ci_low > tolerance
         within = ci_high < tolerance
-    verdict: PairedVerdict = "FAIL" if worse_beyond else "PASS" if within else "INCONCLUSIVE"
+    verdict = Verdict.FAIL if worse_beyond else Verdict.PASS if within else Verdict.INCONCLUSIVE
     how = "launch factor removed, " if adjusted else ""
     text = (
         f"{_describe(metric_name, change, candidate, reference)} at C={concurrency} "
@@ -197,8 +189,8 @@ def judge_paired(
         f"{_pct(ci_low)} \u2026 {_pct(ci_high)} %)"
     )
     limit = f"{'-' if higher_better else '+'}{tolerance * 100:g} %"
-    if verdict == "FAIL":
+    if verdict == Verdict.FAIL:
         text += f": a regression beyond the tolerance ({limit})"
-    elif verdict == "INCONCLUSIVE":
+    elif verdict == Verdict.INCONCLUSIVE:
         text += f": the interval straddles the tolerance ({limit}); add rounds to decide"
     return result(change, ci_low, ci_high, verdict, text)

@@ -58,6 +58,7 @@ from typing import Literal
 from scipy import stats as _scipy_stats
 
 from pytest_llmperf.base.metric_defs import Direction
+from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
     "Decision",
@@ -74,7 +75,6 @@ __all__ = [
     "standard_error",
 ]
 
-Outcome = Literal["pass", "fail", "inconclusive"]
 MAX_SUGGESTED_REPEATS = 20
 
 
@@ -99,7 +99,7 @@ class NoiseRule:
 class Decision:
     """The outcome plus every number that produced it (for messages and JUnit properties)."""
 
-    outcome: Outcome
+    outcome: Verdict  # PASS, FAIL or INCONCLUSIVE
     stale: bool
     deficit: float  # relative, positive = worse
     tolerance: float
@@ -120,12 +120,12 @@ class Decision:
     @property
     def rerun(self) -> bool:
         """Inconclusive points should be measured again and decided on all samples."""
-        return self.outcome == "inconclusive"
+        return self.outcome == Verdict.INCONCLUSIVE
 
     def advice(self, *, attached: bool = False) -> str:
         """What the user can do about an inconclusive verdict. An ``attached`` server is never
         relaunched (nor re-launched by a re-run): its advice names what can be done to it."""
-        if self.outcome != "inconclusive":
+        if self.outcome != Verdict.INCONCLUSIVE:
             return ""
         head = f"inconclusive (within noise margin {100 * self.margin:.1f} %): "
         if not self.resolved:
@@ -358,9 +358,9 @@ def decide(
         p_worse = _mann_whitney(cur, base_samples, tolerance, direction, worse=True)
         p_better = _mann_whitney(cur, base_samples, tolerance, direction, worse=False)
         if d > tolerance:
-            outcome: Outcome = "fail" if p_worse < rule.mw_alpha else "inconclusive"
+            outcome = Verdict.FAIL if p_worse < rule.mw_alpha else Verdict.INCONCLUSIVE
         else:
-            outcome = "pass"
+            outcome = Verdict.PASS
         stale = -d > tolerance and p_better < rule.mw_alpha
         return Decision(
             outcome=outcome,
@@ -374,7 +374,7 @@ def decide(
             n_baseline=len(base_samples),
             p_value=p_worse,
             noise_assumed=assumed,
-            repeats_needed=min(2 * n_c, MAX_SUGGESTED_REPEATS) if outcome != "pass" else None,
+            repeats_needed=min(2 * n_c, MAX_SUGGESTED_REPEATS) if outcome != Verdict.PASS else None,
             mde=mde,
             n_launches_current=k_c,
         )
@@ -384,14 +384,14 @@ def decide(
     # margin rule (and says the noise was assumed).
     resolved = assumed or margin <= tolerance
     if d > tolerance + margin:
-        outcome = "fail"
+        outcome = Verdict.FAIL
     elif d > tolerance or (not resolved and d > -(tolerance + margin)):
         # Beyond tolerance but within noise, or noise too large to tell a pass from a miss.
-        outcome = "inconclusive"
+        outcome = Verdict.INCONCLUSIVE
     else:
-        outcome = "pass"
+        outcome = Verdict.PASS
     needed = None
-    if outcome == "inconclusive":
+    if outcome == Verdict.INCONCLUSIVE:
         # Fewest independent current launches that would settle today's deficit, if any.
         target = max(abs(d - tolerance), 1e-12)
         for k in range(k_c + 1, MAX_SUGGESTED_REPEATS + 1):

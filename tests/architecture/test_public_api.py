@@ -5,32 +5,35 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import pytest_llmperf
 
 PINNED = [
-    "BaselineStore",
-    "Gate",
+    "ABCheck",
+    "ABPoint",
+    "BaselineFileError",
+    "CrossoverCheck",
+    "GateCheck",
     "GateResult",
     "InputError",
     "LLMPerfError",
+    "LLMPerfInconclusiveWarning",
+    "LLMPerfStaleBaselineWarning",
+    "LLMPerfWarning",
+    "LaunchError",
     "LevelResult",
-    "METRICS",
-    "PerfRun",
+    "PointCheck",
     "PointComparison",
-    "ServerConfig",
     "ServerFacts",
-    "ServerHandle",
-    "Suite",
+    "SettingError",
+    "SloCheck",
+    "SuiteDeprecationWarning",
+    "SuiteError",
     "SweepResult",
     "Verdict",
     "Workload",
     "__version__",
-    "attach",
-    "compare_point",
-    "evaluate_gate",
-    "launch",
-    "load_suite",
-    "run_level",
     "run_sweep",
 ]
 
@@ -73,3 +76,21 @@ def test_errors_share_one_root() -> None:
 
     for cls in (LaunchError, SettingError, SuiteError, BaselineFileError):
         assert issubclass(cls, pytest_llmperf.LLMPerfError), cls
+
+
+def test_former_engine_exports_still_resolve_with_a_deprecation_warning() -> None:
+    from pytest_llmperf.run.perfrun import PerfRun
+
+    with pytest.warns(DeprecationWarning, match=r"import it from pytest_llmperf\.run\.perfrun"):
+        assert pytest_llmperf.PerfRun is PerfRun  # type: ignore[attr-defined]
+    assert "PerfRun" not in pytest_llmperf.__all__
+
+
+def test_every_fixture_hands_a_test_an_object_of_a_public_type() -> None:
+    from pytest_llmperf.plugin.kinds import ab, crossover, gate, point, slo
+
+    for module in (point, gate, crossover, slo, ab):
+        fixture = getattr(module, module.KIND.fixture)
+        returned = fixture.__wrapped__.__annotations__["return"]
+        assert returned in pytest_llmperf.__all__, (module.KIND.fixture, returned)
+        assert getattr(pytest_llmperf, returned) is getattr(module, returned)

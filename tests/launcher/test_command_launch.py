@@ -122,10 +122,10 @@ def test_llama_server_ab_relaunches_both_every_round_and_sees_a_slot_cap(tmp_pat
         for name, slots in (("old", 4), ("new", 1))
     ]
     compare = {"candidate": "new", "reference": "old", "rounds": 3}
-    suite = suite_from_data({"server": servers, "compare": [compare]}, source="test")
+    suite = suite_from_data({"server": servers, "ab": [compare]}, source="test")
     run = PerfRun(suite=suite, output_dir=tmp_path, env=dict(os.environ))
     wl = Workload(backend="openai", input_len=32, output_len=32, requests_per_level=8)
-    ab = ABRun(suite.compares[0], (1, 4), wl, run)
+    ab = ABRun(suite.ab[0], (1, 4), wl, run)
     try:
         ab.measure()
     finally:

@@ -1,4 +1,4 @@
-"""Same-job A/B through pytest: ``[[compare]]`` + the ``llmperf_ab`` fixture, end to end.
+"""Same-job A/B through pytest: ``[[ab]]`` + the ``llmperf_ab`` fixture, end to end.
 
 Two simulated servers, interleaved rounds, and a slowdown injected into the candidate at C=4
 only: exactly that point fails with a paired-CI sentence, and ab.json plus the Markdown table
@@ -26,7 +26,7 @@ model = "sim/qwen-moe"
 [sweep]
 levels = [1, 4]
 
-[[compare]]
+[[ab]]
 candidate = "new"
 reference = "old"
 rounds = 4
@@ -58,8 +58,8 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
     data = json.loads((pytester.path / "out" / "ab.json").read_text())
     points = {p["concurrency"]: p for p in data["points"]}
     assert set(points) == {1, 4}
-    assert points[4]["verdict"] == "FAIL" and points[4]["ci_high"] < -0.05
-    assert points[1]["verdict"] != "FAIL"
+    assert points[4]["verdict"] == "fail" and points[4]["ci_high"] < -0.05
+    assert points[1]["verdict"] != "fail"
     # interleaved: reference first in odd rounds, candidate first in even ones
     assert points[4]["order"] == [["old", "new"], ["new", "old"]] * 2
     assert len(points[4]["candidate_values"]) == 4
@@ -68,11 +68,11 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
 
 
 def test_ab_without_compare_section_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".toml", llmperf=SUITE.split("[[compare]]")[0])
+    pytester.makefile(".toml", llmperf=SUITE.split("[[ab]]")[0])
     pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
     result = pytester.runpytest_subprocess(*FAST, timeout=120)
     assert "uses llmperf_ab, but" in result.stdout.str()
-    assert "has no [[compare]] entry" in result.stdout.str()
+    assert "has no [[ab]] entry" in result.stdout.str()
     assert result.ret != 0
 
 

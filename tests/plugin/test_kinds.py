@@ -87,3 +87,17 @@ def test_a_new_kind_is_one_file(pytester: pytest.Pytester) -> None:
     )
     out = result.stdout.str()
     assert "CONFIG KIND saw plain" in out and out.count("CONFIG KIND saw mtp") == 2
+
+
+def test_every_fixture_object_asserts_with_check_and_keeps_its_older_names() -> None:
+    from pytest_llmperf.plugin.kinds import ab, crossover, gate, point, slo
+
+    objects = (point.PointCheck, gate.GateCheck, crossover.CrossoverCheck, slo.SloCheck, ab.ABCheck)
+    for cls in objects:
+        assert callable(getattr(cls, "check", None)), cls
+    for cls in (point.PointCheck, gate.GateCheck, ab.ABCheck):
+        assert callable(getattr(cls, "evaluate", None)), cls
+    assert point.PointCheck.assert_baseline is point.PointCheck.check
+    assert point.PointCheck.compare is point.PointCheck.evaluate
+    assert crossover.CrossoverCheck.assert_baseline is crossover.CrossoverCheck.check
+    assert slo.SloCheck.assert_baseline is slo.SloCheck.check

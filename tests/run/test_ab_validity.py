@@ -18,6 +18,7 @@ from pytest_llmperf.run.ab import ABCheck, ABRun, ab_point
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import CompareSpec
 from pytest_llmperf.verdicts.validity import ValidityPolicy
+from pytest_llmperf.verdicts.verdict import Verdict
 
 from ..verdicts import WORKLOAD, make_level
 
@@ -53,7 +54,7 @@ def test_an_invalid_level_is_measured_again_and_the_valid_repeat_is_used() -> No
     abr, run = ab({("old", 4): [1000, 1000, 1000], ("new", 4): [BAD, 800, 800, 800]}, rounds=3)
     res = abr.result(4)
     assert run.calls.count(("new", 4)) == 4  # one repeat, in round 1
-    assert res.verdict == "FAIL" and res.rounds == 3
+    assert res.verdict == Verdict.FAIL and res.rounds == 3
     assert "left out" not in res.message
     assert abr.invalid == {}
 
@@ -63,7 +64,7 @@ def test_a_round_that_stays_invalid_is_left_out_with_its_reason() -> None:
     # round 2 of "new" is invalid twice; the other three rounds say 20 % slower
     abr, _ = ab({("old", 4): old, ("new", 4): [800, BAD, BAD, 800, 800]}, rounds=4)
     res = abr.result(4)
-    assert res.verdict == "FAIL" and res.rounds == 3
+    assert res.verdict == Verdict.FAIL and res.rounds == 3
     assert "1 of 4 rounds left out as invalid (new: round 2: 3 of" in res.message
     assert "requests failed" in res.message
     point = ab_point(abr, res)
@@ -78,7 +79,7 @@ def test_too_few_valid_rounds_is_invalid_not_a_verdict() -> None:
     check = ABCheck(abr, 4, on_invalid=seen.append)
     outcome = check.judge()
     assert len(seen) == 1 and "2 of 3 rounds left out" in seen[0]  # summary, bisect exit 125
-    assert check.evaluate().verdict == "INVALID"
+    assert check.evaluate().verdict == Verdict.INVALID
     assert outcome.kind == "fail" and outcome.message.startswith("INVALID measurement")
     assert "2 of 3 rounds left out as invalid" in outcome.message
     assert "not a performance verdict" in outcome.message

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.verdicts.baseline import summarize
 from pytest_llmperf.verdicts.baseline_file import LaunchResidual, MetricSummary
 from pytest_llmperf.verdicts.compare import Verdict, compare_point
@@ -113,7 +114,7 @@ def test_compare_point_combines_plain_and_adjusted() -> None:
 
 def test_residual_summary_of_one_launch_has_no_spread() -> None:
     s = summarize_residuals([0.1])
-    assert s == ResidualSummary(0.1, None, 1)
+    assert s == ResidualSummary(mean=0.1, sd=None, n=1)
     assert summarize_residuals([]) is None
 
 
@@ -150,7 +151,7 @@ def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
 def test_a_stall_inside_the_level_is_re_measured_not_failed() -> None:
     """-14 % at one level of one launch: beyond a 1 % residual spread, so a fail; unless the
     level's own within-run error says its window was disturbed (a stall), then inconclusive."""
-    base = ResidualSummary(0.0, 0.01, 3)
+    base = ResidualSummary(mean=0.0, sd=0.01, n=3)
     r = [math.log(0.86)]
     assert decide_adjusted("output_throughput", r, base, 0.05).outcome == "fail"
     stalled = decide_adjusted("output_throughput", r, base, 0.05, within_se=[0.08])
@@ -158,3 +159,20 @@ def test_a_stall_inside_the_level_is_re_measured_not_failed() -> None:
     # a 25 % drop with a calm window still fails
     calm = decide_adjusted("output_throughput", [math.log(0.75)], base, 0.05, within_se=[0.01])
     assert calm.outcome == "fail"
+
+
+def test_baselines_and_paired_ab_remove_the_launch_factor_the_same_way() -> None:
+    from pytest_llmperf.verdicts.paired import remove_launch_factor
+
+    # One launch (or A/B round): every level 20 % fast, C=64 alone 25 % slower on top.
+    values = {1: 1.2, 16: 1.2, 64: 0.9, 128: 1.2}
+    centers = {c: 1.0 for c in values}
+    paired = remove_launch_factor({c: [math.log(v)] for c, v in values.items()})
+    for c in values:
+        assert launch_residuals({"L": values}, centers, c) == pytest.approx(paired[c])
+    assert paired[64][0] == pytest.approx(math.log(0.75))
+    # Below the one minimum both refuse: the baseline side leaves the launch out, A/B says so.
+    two = {1: 1.2, 64: 0.9}
+    assert launch_residuals({"L": two}, centers, 64) == []
+    with pytest.raises(InputError, match="at least 3 levels"):
+        remove_launch_factor({c: [math.log(v)] for c, v in two.items()})

@@ -1,4 +1,4 @@
-"""Paired A/B statistics (verdicts/paired.py) and the [[compare]] suite section."""
+"""Paired A/B statistics (verdicts/paired.py) and the [[ab]] suite section."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ import pytest
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.run.ab import round_order
-from pytest_llmperf.run.suite import CompareSpec, SuiteError, suite_from_data
+from pytest_llmperf.run.suite import (
+    CompareSpec,
+    SuiteDeprecationWarning,
+    SuiteError,
+    suite_from_data,
+)
 from pytest_llmperf.verdicts.paired import (
     judge_paired,
     log_ratios,
     mean_ci,
     remove_launch_factor,
 )
+from pytest_llmperf.verdicts.verdict import Verdict
 
 KW = {"candidate": "new", "reference": "old", "metric_name": "output_throughput"}
 
@@ -30,7 +36,7 @@ def test_ci_matches_t_distribution() -> None:
 def test_regression_beyond_tolerance_fails_with_a_sentence() -> None:
     d = log_ratios([92.0, 91.5, 92.5, 92.2], [100.0, 99.0, 100.5, 100.2])
     r = judge_paired(d, concurrency=64, tolerance=0.03, **KW)
-    assert r.verdict == "FAIL"
+    assert r.verdict == Verdict.FAIL
     assert r.ci_high < -0.03 and r.ci_low < r.change < r.ci_high
     assert r.message.startswith("new is 7.9 % slower than old at C=64 (paired over 4 rounds")
     assert "95 % CI \u22128." in r.message and "beyond the tolerance (-3 %)" in r.message
@@ -38,12 +44,12 @@ def test_regression_beyond_tolerance_fails_with_a_sentence() -> None:
 
 def test_no_change_passes_and_noisy_is_inconclusive() -> None:
     assert judge_paired([0.01, -0.01, 0.0, 0.005], concurrency=1, tolerance=0.05, **KW).verdict == (
-        "PASS"
+        Verdict.PASS
     )
     noisy = judge_paired([0.2, -0.3, 0.1, -0.25], concurrency=1, tolerance=0.05, **KW)
-    assert noisy.verdict == "INCONCLUSIVE" and "add rounds" in noisy.message
+    assert noisy.verdict == Verdict.INCONCLUSIVE and "add rounds" in noisy.message
     one = judge_paired([-0.5], concurrency=1, tolerance=0.05, **KW)
-    assert one.verdict == "INCONCLUSIVE" and "at least 2" in one.message
+    assert one.verdict == Verdict.INCONCLUSIVE and "at least 2" in one.message
 
 
 def test_lower_is_better_metric_fails_when_it_rises() -> None:
@@ -56,18 +62,18 @@ def test_lower_is_better_metric_fails_when_it_rises() -> None:
         concurrency=4,
         tolerance=0.1,
     )
-    assert r.verdict == "FAIL" and "median_ttft_ms is 20.0 % higher" in r.message
+    assert r.verdict == Verdict.FAIL and "median_ttft_ms is 20.0 % higher" in r.message
     faster = judge_paired(
         [-x for x in d], **{**KW, "metric_name": "median_ttft_ms"}, concurrency=4, tolerance=0.1
     )
-    assert faster.verdict == "PASS"
+    assert faster.verdict == Verdict.PASS
 
 
 def test_launch_factor_removal_isolates_one_level() -> None:
     # Round speed factors +-20 % on every level; C=64 alone is 25 % slower.
     shift = [0.2, -0.2, 0.1, -0.15]
     d = {c: [s + (math.log(0.75) if c == 64 else 0.0) for s in shift] for c in (1, 16, 64)}
-    assert judge_paired(d[64], concurrency=64, tolerance=0.05, **KW).verdict == "INCONCLUSIVE"
+    assert judge_paired(d[64], concurrency=64, tolerance=0.05, **KW).verdict == Verdict.INCONCLUSIVE
     adj = remove_launch_factor(d)
     assert adj[1] == pytest.approx([0.0] * 4)
     assert adj[64] == pytest.approx([math.log(0.75)] * 4)
@@ -96,17 +102,17 @@ def test_round_order_alternates_unless_fixed() -> None:
 SERVERS = [{"name": "old", "model": "m"}, {"name": "new", "model": "m"}]
 
 
-def test_compare_section_is_validated_with_field_names() -> None:
+def test_ab_section_is_validated_with_field_names() -> None:
     suite = suite_from_data(
-        {"server": SERVERS, "compare": [{"candidate": "new", "reference": "old", "rounds": 6}]}
+        {"server": SERVERS, "ab": [{"candidate": "new", "reference": "old", "rounds": 6}]}
     )
-    assert suite.compares[0].label == "new-vs-old" and suite.compares[0].rounds == 6
+    assert suite.ab[0].label == "new-vs-old" and suite.ab[0].rounds == 6
     assert suite.linked_groups()["old"] == suite.linked_groups()["new"]
     with pytest.raises(SuiteError) as exc:
         suite_from_data(
             {
                 "server": SERVERS,
-                "compare": [
+                "ab": [
                     {"candidate": "newer", "reference": "old"},
                     {"candidate": "new", "reference": "old", "rounds": 1},
                     {"candidate": "old", "reference": "old"},
@@ -115,6 +121,17 @@ def test_compare_section_is_validated_with_field_names() -> None:
             source="llmperf.toml",
         )
     text = str(exc.value)
-    assert "llmperf.toml: compare[0].candidate: no server named 'newer'" in text
-    assert "compare[1].rounds" in text
-    assert "compare[2]: candidate and reference must be two different servers" in text
+    assert "llmperf.toml: ab[0].candidate: no server named 'newer'" in text
+    assert "ab[1].rounds" in text
+    assert "ab[2]: candidate and reference must be two different servers" in text
+
+
+def test_compare_is_the_older_spelling_of_ab_and_still_works_with_a_warning() -> None:
+    spec = {"candidate": "new", "reference": "old", "rounds": 6}
+    with pytest.warns(
+        SuiteDeprecationWarning, match=r"llmperf.toml: \[\[compare\]\] is now spelled \[\[ab\]\]"
+    ):
+        suite = suite_from_data({"server": SERVERS, "compare": [spec]}, source="llmperf.toml")
+    assert suite.ab[0].label == "new-vs-old" and suite.compares is suite.ab
+    with pytest.raises(SuiteError, match=r"both \[\[ab\]\] and \[\[compare\]\]"):
+        suite_from_data({"server": SERVERS, "ab": [spec], "compare": [spec]}, source="x.toml")

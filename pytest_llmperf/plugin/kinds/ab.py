@@ -1,7 +1,7 @@
-"""``llmperf_ab``: one ``[[compare]]`` at one level, candidate vs reference over paired,
+"""``llmperf_ab``: one ``[[ab]]`` at one level, candidate vs reference over paired,
 interleaved rounds (``run/ab.py``); its results go to ``ab.json`` and its own table.
 
-The rounds of one compare are measured once and shared by the tests of its levels (a cache in
+The rounds of one A/B are measured once and shared by the tests of its levels (a cache in
 ``config.stash``); the points it judged are this kind's ``kind_results``.
 """
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ABParam:
-    """One ``[[compare]]`` entry at one level."""
+    """One ``[[ab]]`` entry at one level."""
 
     index: int
     concurrency: int
@@ -49,29 +49,29 @@ class ABKind(KindDefaults):
     order = 4  # last, so the A/B relaunches do not interleave with a config's points
 
     def parametrize(self, c: Collect) -> Parametrization:
-        compares = c.suite.compares
-        if not compares:
+        specs = c.suite.ab
+        if not specs:
             raise usage_error(
-                f"{c.where} uses {self.fixture}, but {c.suite.path} has no [[compare]] entry "
-                '(e.g. [[compare]] candidate = "new"  reference = "old"  rounds = 4)'
+                f"{c.where} uses {self.fixture}, but {c.suite.path} has no [[ab]] entry "
+                '(e.g. [[ab]] candidate = "new"  reference = "old"  rounds = 4)'
             )
         params = [
             ABParam(i, lv, c.suite_path)
-            for i, cmp in enumerate(compares)
+            for i, cmp in enumerate(specs)
             for lv in (cmp.levels or c.levels)
         ]
-        ids = [f"{compares[p.index].label}-C{p.concurrency}" for p in params]
-        return Parametrization(params, ids, "no [[compare]] level to measure")
+        ids = [f"{specs[p.index].label}-C{p.concurrency}" for p in params]
+        return Parametrization(params, ids, "no [[ab]] level to measure")
 
     def configs(self, suite: Suite, param: Any) -> tuple[str, ...]:
-        a = suite.compares[param.index]
+        a = suite.ab[param.index]
         return (a.reference, a.candidate)
 
     def counted(self, suite: Suite, param: Any) -> tuple[str, ...]:
         return ()
 
     def baselines(self, suite: Suite, param: Any) -> None:
-        return None  # A/B compares two configs measured now, never a stored baseline
+        return None  # an A/B judges two configs measured now, never a stored baseline
 
     def summary_lines(self, llm: LLMPerfSession) -> list[str]:
         points = points_of(llm)
@@ -109,10 +109,10 @@ def ab_run(
     levels: tuple[int, ...],
     policy: ValidityPolicy | None = None,
 ) -> ABRun:
-    """The A/B rounds of one ``[[compare]]``, shared by the tests of its levels."""
+    """The A/B rounds of one ``[[ab]]``, shared by the tests of its levels."""
     runs = request.config.stash.setdefault(_RUNS, {})
     suite = llm.suites[param.suite_path]
-    spec = suite.compares[param.index]
+    spec = suite.ab[param.index]
     levels = tuple(spec.levels or levels)
     key = (param.suite_path, param.index, workload, levels)
     if key not in runs:
@@ -121,16 +121,16 @@ def ab_run(
 
 
 class ABCheck(ComparisonAsserts[ABPoint], ab.ABCheck):
-    """One ``[[compare]]`` at one level: ``.check()``, ``.evaluate()``."""
+    """One ``[[ab]]`` at one level: ``.check()``, ``.evaluate()``."""
 
 
 @pytest.fixture
 def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:
-    """One ``[[compare]]`` at one level: candidate vs reference over paired, interleaved rounds."""
+    """One ``[[ab]]`` at one level: candidate vs reference over paired, interleaved rounds."""
     param: ABParam = request.param
     llm, suite, marker = settings_for(request)
     where = request.node.nodeid
-    spec = suite.compares[param.index]
+    spec = suite.ab[param.index]
     levels = llm.effective(suite, marker, "levels", where)
     workload = llm.workload(suite, marker, where, spec.reference)
     return ABCheck(

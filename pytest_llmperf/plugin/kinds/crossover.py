@@ -55,7 +55,7 @@ KIND = CrossoverKind()
 
 
 class CrossoverCheck(SweepAsserts, sweep_checks.CrossoverCheck):
-    """The largest C where a config still beats its reference: ``.assert_baseline()``."""
+    """The largest C where a config still beats its reference: ``.check()``, ``.measure()``."""
 
 
 @pytest.fixture

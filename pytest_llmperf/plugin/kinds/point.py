@@ -25,6 +25,7 @@ from pytest_llmperf.run.settings import SettingError
 if TYPE_CHECKING:
     from pytest_llmperf.run.perfrun import PerfRun
     from pytest_llmperf.run.suite import Suite
+    from pytest_llmperf.verdicts.compare import PointComparison
 
 
 @dataclass(frozen=True)
@@ -52,21 +53,30 @@ class PointKind(KindDefaults):
 KIND = PointKind()
 
 
-class Point(checks.PointCheck):
-    """One (config, concurrency) point: ``.result``, ``.samples``, ``.assert_baseline()``."""
+class PointCheck(checks.PointCheck):
+    """One (config, concurrency) point: ``.check()``, ``.evaluate()``, ``.result``, ``.samples``."""
 
     def measure(self) -> None:
         __tracebackhide__ = True
         call(super().measure)
 
-    def assert_baseline(self) -> None:
+    def evaluate(self) -> PointComparison:
+        """The comparison with the baseline, without asserting."""
+        __tracebackhide__ = True
+        return call(super().evaluate)
+
+    compare = evaluate  # the older name, kept as an alias
+
+    def check(self) -> None:
         """Fail when a gated metric regressed beyond tolerance and beyond noise."""
         __tracebackhide__ = True
         enact(call(self.judge))
 
+    assert_baseline = check  # the older name, kept as an alias
+
 
 @pytest.fixture
-def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point:
+def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> PointCheck:
     """One (config, concurrency) point, measured once per session however many tests use it."""
     param: PointParam = request.param
     llm, suite, marker = settings_for(request)
@@ -76,7 +86,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
         return llm.effective(suite, marker, name, where)
 
     try:
-        point = Point(
+        point = PointCheck(
             config=param.config,
             concurrency=param.concurrency,
             workload=llm.workload(suite, marker, where, param.config),

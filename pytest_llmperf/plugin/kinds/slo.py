@@ -56,7 +56,7 @@ KIND = SloKind()
 
 
 class SloCheck(SweepAsserts, sweep_checks.SloCheck):
-    """The largest swept C within the suite's SLO: ``.assert_baseline()``."""
+    """The largest swept C within the suite's SLO: ``.check()``, ``.measure()``."""
 
 
 @pytest.fixture
