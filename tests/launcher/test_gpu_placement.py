@@ -89,6 +89,10 @@ def four_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     monkeypatch.setenv("PYTHONPATH", str(FAKE_SGLANG))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # A run outside xdist unless the test says which worker it is (this test may itself run
+    # in an xdist worker, whose variables the placement would otherwise read).
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     monkeypatch.syspath_prepend(str(FAKE_SGLANG))
     assert launcher.sglang_available()
 
