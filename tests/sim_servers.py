@@ -4,7 +4,7 @@ what it was asked.
 Tests outside ``tests/sim`` that need a well-behaved SGLang- or vLLM-shaped server use the
 simulator itself rather than a fake of their own; the fakes left in ``tests/`` exist because
 they misbehave in ways the simulator does not (byte-level stream shapes in
-``tests/core/fake_server.py``, process faults in ``tests/launcher/fixtures/fake_sglang``).
+``tests/core/fake_server.py``, process faults in ``tests/launch/fixtures/fake_sglang``).
 """
 
 from __future__ import annotations

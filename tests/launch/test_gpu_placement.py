@@ -19,7 +19,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.launch import gpus, launcher
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import Suite, load_suite, suite_from_data
-from tests.launcher._helpers import FAKE_SGLANG
+from tests.launch._helpers import FAKE_SGLANG
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3"
