@@ -7,7 +7,7 @@ a fresh directory, with a workload long enough to be measuring when signalled:
 - ``2-clients``: the same with ``--llmperf-client-processes 2`` (two shard processes and the
   multiprocessing resource tracker);
 - ``daemon``: a ``command`` server that double-forks, calls ``setsid`` and re-executes the
-  simulator with an EMPTY environment (tests/launcher/fixtures/env_clearing_daemon.py).
+  simulator with an EMPTY environment (tests/launch/fixtures/env_clearing_daemon.py).
 
 Once the server measures, everything the session runs is noted (pytest's descendants, its
 launcher watchdog, the daemon); the signal is sent; the table gives the seconds until none of

@@ -4,7 +4,7 @@ what it was asked.
 Tests outside ``tests/sim`` that need a well-behaved SGLang- or vLLM-shaped server use the
 simulator itself rather than a fake of their own; the fakes left in ``tests/`` exist because
 they misbehave in ways the simulator does not (byte-level stream shapes in
-``tests/core/fake_server.py``, process faults in ``tests/launcher/fixtures/fake_sglang``).
+``tests/core/fake_server.py``, process faults in ``tests/launch/fixtures/fake_sglang``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from pytest_llmperf.sim.args import parse_args
 from pytest_llmperf.sim.faults import Faults
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.server import SimServer
@@ -65,6 +66,16 @@ class ServerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+@contextlib.contextmanager
+def running_sim(*flags: str) -> Iterator[ServerThread]:
+    """``python -m pytest_llmperf.sim *flags`` (SGLang's front) in-process, until the block ends."""
+    thread = ServerThread(SimServer(parse_args(list(flags)).knobs)).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
 
 
 @dataclass

@@ -31,12 +31,10 @@ class FakeConfig:
     split_writes: bool = False  # write each event in 3-byte pieces
     text_piece: str = "a\u2028b "  # U+2028 stays raw in orjson output
     cap: int | None = 48
-    dp_size: int = 1
     accept_length: float | None = None
     flush_status: int = 200
     legacy_info_only: bool = False  # only /get_server_info exists
     continuous_usage: bool = True
-    metrics: bool = True
     api_key: str | None = None
     cached_tokens: int = 0  # prompt tokens reported as prefix-cache hits, per request
 
@@ -273,19 +271,17 @@ class FakeServer:
         if self.config.legacy_info_only and request.path == "/server_info":
             return web.json_response({"detail": "Not Found"}, status=404)
         cfg = self.config
-        state: dict[str, Any] = {"effective_max_running_requests_per_dp": None}
-        if cfg.cap is not None:
-            state["effective_max_running_requests_per_dp"] = cfg.cap // cfg.dp_size
+        state: dict[str, Any] = {"effective_max_running_requests_per_dp": cfg.cap}
         if cfg.accept_length is not None:
             state["avg_spec_accept_length"] = cfg.accept_length
         return web.json_response(
             {
                 "model_path": "fake/model",
                 "version": "0.0-fake",
-                "dp_size": cfg.dp_size,
+                "dp_size": 1,
                 "max_running_requests": None,
                 "speculative_algorithm": "EAGLE" if cfg.accept_length else None,
-                "internal_states": [dict(state) for _ in range(cfg.dp_size)],
+                "internal_states": [state],
             }
         )
 
@@ -294,8 +290,6 @@ class FakeServer:
         return web.Response(text="Cache flushed.\n", status=self.config.flush_status)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        if not self.config.metrics:
-            return web.Response(status=404)
         lines = [
             "# HELP sglang:num_running_reqs The number of running requests.",
             "# TYPE sglang:num_running_reqs gauge",

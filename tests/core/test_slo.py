@@ -22,8 +22,7 @@ from pytest_llmperf.core.slo import (
     search_max_level_async,
 )
 from pytest_llmperf.core.sweep import run_level, run_sweep
-
-from .fake_server import FakeServer
+from tests.sim_servers import ServerThread
 
 
 def _rec(i: int, ttft_ms: float, tpot_ms: float, tokens: int = 101, t_send: float = 0.0):
@@ -269,11 +268,11 @@ def test_slo_is_immutable_and_describes_itself() -> None:
         slo.ttft_ms = 1  # type: ignore[misc]
 
 
-def test_sweep_and_level_compute_goodput_with_slo(fake_server: FakeServer) -> None:
+def test_sweep_and_level_compute_goodput_with_slo(sim_server: ServerThread) -> None:
     small = Workload(input_len=16, output_len=12)
     loose, tight = Slo(ttft_ms=60_000, tpot_ms=60_000), Slo(tpot_ms=1e-3)
-    swept = run_sweep(fake_server.url, [1, 4], small, slo=loose)
+    swept = run_sweep(sim_server.url, [1, 4], small, slo=loose)
     assert [lv.goodput for lv in swept.levels] == [lv.request_throughput for lv in swept.levels]
     assert max_concurrency_within_slo(swept, loose) == 4
-    assert run_level(fake_server.url, 4, small, warmup=False, slo=tight).goodput == 0.0
-    assert run_level(fake_server.url, 4, small, warmup=False).goodput is None
+    assert run_level(sim_server.url, 4, small, warmup=False, slo=tight).goodput == 0.0
+    assert run_level(sim_server.url, 4, small, warmup=False).goodput is None

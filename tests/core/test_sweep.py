@@ -1,4 +1,5 @@
-"""Sweeps against the local fake server: closed-loop concurrency, per-level probes, notes."""
+"""Sweeps against the simulator and the local fake server: closed-loop concurrency, per-level
+probes, notes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pytest_llmperf.core.sweep import (
     validate_levels,
 )
 from pytest_llmperf.core.workload import build_prompts
+from tests.sim_servers import ServerThread
 
 from .fake_server import FakeServer
 
@@ -108,16 +110,16 @@ def test_unreachable_server_raises_sweep_error() -> None:
         run_sweep("http://127.0.0.1:9", [1], SMALL)
 
 
-def test_open_loop_poisson_records_schedule_lag(fake_server: FakeServer) -> None:
+def test_open_loop_poisson_records_schedule_lag(sim_server: ServerThread) -> None:
     w = Workload(input_len=16, output_len=8, request_rate=200.0, requests_per_level=20)
-    lv = run_level(fake_server.url, 4, w, warmup=False)
+    lv = run_level(sim_server.url, 4, w, warmup=False)
     assert lv.completed == 20 and lv.schedule_lag_p99_ms is not None
     assert any("open loop" in n for n in lv.notes)
 
 
-def test_run_sweep_works_inside_a_running_loop(fake_server: FakeServer) -> None:
+def test_run_sweep_works_inside_a_running_loop(sim_server: ServerThread) -> None:
     async def inside() -> int:
-        return len(run_sweep(fake_server.url, [1], SMALL).levels)
+        return len(run_sweep(sim_server.url, [1], SMALL).levels)
 
     assert asyncio.run(inside()) == 1
 

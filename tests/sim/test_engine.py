@@ -186,19 +186,28 @@ def test_create_engine_returns_startup_lines() -> None:
     assert any("Decode batch, #running-req: 1," in x and "accept len: " in x for x in logs)
 
 
-def test_step_cost_at_batch_256_is_small() -> None:
-    """Guard against O(n^2) regressions in the hot loop (generous: the CPU is shared)."""
-    engine = _engine(max_running_requests=256)
-    for i in range(256):
-        _submit(engine, f"r{i}", prompt=10, out=500)
-    engine.step()  # one prefill step admits all 256 (2560 tokens < one chunk)
-    assert engine.stats().num_running == 256 and engine.stats().num_queued == 0
-    n = 200
-    t0 = time.perf_counter()
-    for _ in range(n):
-        engine.step()
-    per_step = (time.perf_counter() - t0) / n
-    assert per_step < 3e-3, f"{per_step * 1e3:.2f} ms per step at batch 256"
+def _best_step_s(batch: int, steps: int = 100) -> float:
+    """The quickest of three timings of ``steps`` decode steps at ``batch`` running requests."""
+    engine = _engine(max_running_requests=batch)
+    for i in range(batch):
+        _submit(engine, f"r{i}", prompt=10, out=500)  # 500 > the 301 steps taken: all stay
+    engine.step()  # one prefill step admits them all (< one chunk of prompt tokens)
+    assert engine.stats().num_running == batch and engine.stats().num_queued == 0
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            engine.step()
+        best = min(best, (time.perf_counter() - t0) / steps)
+    return best
+
+
+def test_step_cost_grows_linearly_with_the_batch() -> None:
+    """Guard against O(n^2) in the hot loop: 8x the batch costs about 8x per step (64x if
+    quadratic). A ratio on one machine, not a time: a shared CPU slows both sides alike, and
+    the best of three timings leaves out the stalls."""
+    ratio = _best_step_s(256) / _best_step_s(32)
+    assert ratio < 24, f"a step at batch 256 costs {ratio:.1f}x one at batch 32"
 
 
 def test_real_time_events_follow_the_engine_schedule() -> None:

@@ -443,17 +443,16 @@ def test_sim_server_requires_no_engine_argument_types() -> None:
     assert server.engine.stats().max_total_num_tokens > 0
 
 
-# ------------------------------------------------------------------ serving speed
-@pytest.mark.slow
-def test_serves_256_streams_at_20k_tokens_per_s(
+# ------------------------------------------------------------------ many streams
+def test_serves_256_concurrent_streams_to_the_last_token(
     sim_process: Callable[..., SimProcess], tmp_path: Any
 ) -> None:
-    """256 concurrent /generate streams on a profile whose model rate is ~23k tok/s."""
+    """256 concurrent /generate streams on a fast profile: every one completes with exactly
+    its tokens. How fast is benchmarks/bench_sim_streams.py's question (machine-dependent)."""
     import asyncio
     import json
 
     import aiohttp
-    import psutil
 
     from pytest_llmperf.sim.profile import PROFILES_DIR, available_profiles
 
@@ -476,43 +475,31 @@ def test_serves_256_streams_at_20k_tokens_per_s(
     path.write_text(json.dumps(prof))
     p = sim_process("--sim-profile", str(path), "--max-running-requests", "512")
     p.wait_healthy()
-    body = {
-        "input_ids": [1] * 128,
-        "sampling_params": {"max_new_tokens": 512, "ignore_eos": True},
-        "stream": True,
-    }
+    streams, n_out = 256, 48
 
-    async def run() -> tuple[float, float, float]:
-        events = 0
-        stop = asyncio.Event()
+    async def one(session: aiohttp.ClientSession, i: int) -> tuple[int, Any]:
+        body = {
+            "input_ids": [1 + i % 7] * 128,
+            "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True},
+            "stream": True,
+        }
+        async with session.post(p.url + "/generate", json=body) as r:
+            raw = await r.read()
+        return r.status, sse_json(raw)
 
-        async def worker(session: aiohttp.ClientSession) -> None:
-            nonlocal events
-            while not stop.is_set():
-                async with session.post(p.url + "/generate", json=body) as r:
-                    async for chunk in r.content.iter_any():
-                        events += chunk.count(b"data: ")
-
+    async def run() -> list[tuple[int, Any]]:
+        timeout = aiohttp.ClientTimeout(total=120)
         conn = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=conn) as session:
-            tasks = [asyncio.create_task(worker(session)) for _ in range(256)]
-            await asyncio.sleep(1.5)
-            proc = psutil.Process(p.proc.pid)
-            async with session.get(p.url + "/_sim/stats") as r:
-                s0 = (await r.json())["engine"]["total_output_tokens"]
-            c0, e0, t0 = sum(proc.cpu_times()[:2]), events, time.monotonic()
-            await asyncio.sleep(3)
-            async with session.get(p.url + "/_sim/stats") as r:
-                s1 = (await r.json())["engine"]["total_output_tokens"]
-            dt = time.monotonic() - t0
-            cpu = (sum(proc.cpu_times()[:2]) - c0) / dt
-            stop.set()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return (s1 - s0) / dt, (events - e0) / dt, cpu
+        async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
+            return await asyncio.gather(*(one(session, i) for i in range(streams)))
 
-    tok_s, ev_s, cpu = asyncio.run(run())
-    print(f"256 streams: {tok_s:.0f} tok/s, {ev_s:.0f} events/s, server CPU {cpu:.0%}")
-    assert tok_s >= 20_000 * 0.8, (tok_s, ev_s, cpu)  # 2 shared cores: allow some slack
-    assert ev_s >= tok_s * 0.8
+    served = httpx.get(p.url + "/_sim/stats").json()["engine"]["total_output_tokens"]
+    results = asyncio.run(run())
+    assert len(results) == streams
+    for status, (events, done) in results:
+        assert status == 200 and done
+        counts = [e["meta_info"]["completion_tokens"] for e in events]
+        assert counts == list(range(1, n_out + 1))  # one token per event, none lost or repeated
+        assert events[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    stats = httpx.get(p.url + "/_sim/stats").json()["engine"]
+    assert stats["total_output_tokens"] - served == streams * n_out  # the health checks' before

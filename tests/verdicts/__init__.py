@@ -1,4 +1,5 @@
-"""Tests of everything after measurement: baselines, verdicts, gates, validity, reports.
+"""Tests of everything after measurement: baselines, verdicts, gates, validity (the factories
+below also build the results tests/report renders).
 
 Pure: results are built by hand with the factories below; no server, no pytest plugin.
 """

@@ -20,7 +20,7 @@ from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.run.ab import ABRun
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import suite_from_data
-from tests.launcher._helpers import is_alive, wait_dead
+from tests.launch._helpers import is_alive, wait_dead
 
 HTTP_SERVER = [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}"]
 

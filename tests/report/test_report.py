@@ -16,8 +16,7 @@ from pytest_llmperf.verdicts.baseline import summarize
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry
 from pytest_llmperf.verdicts.compare import compare_point
 from pytest_llmperf.verdicts.gates import Gate, evaluate_gate
-
-from . import MTP, PLAIN, WORKLOAD, make_sweep
+from tests.verdicts import MTP, PLAIN, WORKLOAD, make_sweep
 
 MTP_SWEEP = make_sweep("mtp", MTP, cap=48, accept=1.9)
 PLAIN_SWEEP = make_sweep("plain", PLAIN)

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmperf.report import plots
-
-from . import MTP, PLAIN, WORKLOAD, make_sweep
+from tests.verdicts import MTP, PLAIN, WORKLOAD, make_sweep
 
 
 def test_plot_all_writes_pngs(tmp_path: Path) -> None:

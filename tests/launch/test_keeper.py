@@ -19,7 +19,7 @@ import pytest
 from pytest_llmperf.launch import keeper
 from pytest_llmperf.launch.launcher import ServerStartError, launch
 from pytest_llmperf.launch.server_config import ServerConfig
-from tests.launcher._helpers import is_alive, wait_dead
+from tests.launch._helpers import is_alive, wait_dead
 
 ENV_CLEARING = Path(__file__).parent / "fixtures" / "env_clearing_daemon.py"
 

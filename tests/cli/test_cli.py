@@ -13,8 +13,7 @@ from pytest_llmperf.base.results import Workload
 from pytest_llmperf.cli import _ProgressLine, build_parser, format_table, main
 from pytest_llmperf.core.progress import Progress
 from pytest_llmperf.core.sweep import run_sweep
-
-from .fake_server import FakeServer
+from tests.sim_servers import running_sim
 
 
 @pytest.mark.parametrize(
@@ -61,18 +60,15 @@ def test_missing_api_key_env_is_a_usage_error(
 
 
 def test_sweep_prints_table_and_writes_json(
-    fake_server: FakeServer,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_server.config.api_key = "k-123"
     monkeypatch.setenv("LLMPERF_TEST_KEY", "k-123")
     out = tmp_path / "r.json"
-    code = main(
-        ["sweep", "--url", fake_server.url, "-c", "1,2", "--input-len", "8", "--output-len", "6",
-         "--api-key-env", "LLMPERF_TEST_KEY", "--json", str(out)]
-    )  # fmt: skip
+    with running_sim("--api-key", "k-123") as server:
+        code = main(
+            ["sweep", "--url", server.url, "-c", "1,2", "--input-len", "8", "--output-len", "6",
+             "--api-key-env", "LLMPERF_TEST_KEY", "--json", str(out)]
+        )  # fmt: skip
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "Agg tok/s" in captured.out and "Per-req tok/s" in captured.out
@@ -109,16 +105,13 @@ def test_openai_backends_down_server_is_one_line(
 
 @pytest.mark.parametrize("backend", ["sglang", "openai"])
 def test_wrong_api_key_is_one_line_and_never_printed(
-    backend: str,
-    fake_server: FakeServer,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    backend: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_server.config.api_key = "right-key-123"
     monkeypatch.setenv("LLMPERF_TEST_KEY", "wrong-key-456")
-    code = main(["sweep", "--url", fake_server.url, "--backend", backend, "-c", "1",
-                 "--input-len", "8", "--output-len", "2",
-                 "--api-key-env", "LLMPERF_TEST_KEY"])  # fmt: skip
+    with running_sim("--api-key", "right-key-123") as server:
+        code = main(["sweep", "--url", server.url, "--backend", backend, "-c", "1",
+                     "--input-len", "8", "--output-len", "2",
+                     "--api-key-env", "LLMPERF_TEST_KEY"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 1
     assert "Traceback" not in err and "wrong-key-456" not in err
@@ -158,9 +151,10 @@ def test_progress_line_in_a_log_is_one_line_per_level() -> None:
     assert log.getvalue() == "C=4: 8/8 requests, 400 tok/s, 1 failed\n"
 
 
-def test_table_flags_a_delivered_length_shortfall(fake_server: FakeServer) -> None:
+def test_table_flags_a_delivered_length_shortfall() -> None:
     workload = Workload(input_len=8, output_len=1000, requests_per_level=4)
-    result = run_sweep(fake_server.url, [1], workload)
+    with running_sim("--sim-time-scale", "0.1") as server:  # 10x real time: no timing asserted
+        result = run_sweep(server.url, [1], workload)
     full = format_table(result)
     assert "SHORT OUTPUT" not in full and "(!)" not in full
     # The server stopped early: 96 of the 4000 tokens the four requests asked for.

@@ -19,7 +19,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.launch import gpus, launcher
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import Suite, load_suite, suite_from_data
-from tests.launcher._helpers import FAKE_SGLANG
+from tests.launch._helpers import FAKE_SGLANG
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -89,6 +89,10 @@ def four_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path('/usr/bin')}:{Path('/bin')}")
     monkeypatch.setenv("PYTHONPATH", str(FAKE_SGLANG))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # A run outside xdist unless the test says which worker it is (this test may itself run
+    # in an xdist worker, whose variables the placement would otherwise read).
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     monkeypatch.syspath_prepend(str(FAKE_SGLANG))
     assert launcher.sglang_available()
 
