@@ -259,7 +259,7 @@ def test_server_fails_mid_sweep(two: pytest.Pytester, fault: str) -> None:
 
 def test_port_taken_server_starts_on_another(two: pytest.Pytester) -> None:
     """A port someone else listens on (20000, where every session once started) is never
-    chosen: ports come from the OS (tests/launcher/test_ports.py races sessions for them)."""
+    chosen: ports come from the OS (tests/launch/test_ports.py races sessions for them)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as blocker:
         taken = None
         for port in range(20000, 21000):  # the first free one is the one the plugin would pick
