@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURE = REPO / "tests" / "launcher" / "fixtures" / "env_clearing_daemon.py"
+FIXTURE = REPO / "tests" / "launch" / "fixtures" / "env_clearing_daemon.py"
 PYTEST = (
     "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
     "sys.exit(pytest.main(sys.argv[1:]))"

@@ -234,7 +234,7 @@ def test_bad_marker_is_a_collection_error(one: pytest.Pytester, marker: str, exp
         ),
         (
             ONE_SERVER + '\n[report]\nformat = "md"\n',
-            ["{path}: unknown top-level key(s) report; expected compare, crossover, gate, *"],
+            ["{path}: unknown top-level key(s) report; expected ab, crossover, gate, server, *"],
         ),
         (
             ONE_SERVER.replace("args = []", "args = []\nportt = 30000"),

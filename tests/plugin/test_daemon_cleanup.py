@@ -28,7 +28,7 @@ from .test_signals import (
     watchdogs_of,
 )
 
-FIXTURE = Path(__file__).parents[1] / "launcher" / "fixtures" / "env_clearing_daemon.py"
+FIXTURE = Path(__file__).parents[1] / "launch" / "fixtures" / "env_clearing_daemon.py"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreaper: Linux")
 
