@@ -283,16 +283,6 @@ def server_facts(
     )
 
 
-async def probe_server(
-    http: httpx.AsyncClient,
-    *,
-    mode: Literal["launched", "attached", "simulated"] = "attached",
-) -> ServerFacts:
-    """Read ``/server_info`` and turn it into ``ServerFacts``."""
-    info = await get_server_info(http)
-    return server_facts(info, url=str(http.base_url).rstrip("/"), mode=mode)
-
-
 async def flush_cache(http: httpx.AsyncClient) -> tuple[bool, str | None]:
     """Reset the prefix cache while idle: ``POST /flush_cache`` (SGLang), else
     ``POST /reset_prefix_cache`` (vLLM). Returns (flushed, why not); 400 (busy) and a server

@@ -25,15 +25,10 @@ __all__ = [
     "gpu_ids_for_worker",
     "gpus_from_flags",
     "plan_gpus",
-    "port_base_for_worker",
-    "port_range_for_worker",
     "visible_devices_value",
     "worker_count",
     "worker_index",
 ]
-
-PORT_BASE = 20000
-PORT_STRIDE = 1000
 
 # SGLang's spellings (server_args.py: ``tp_size`` with alias ``--tensor-parallel-size``; ``--tp``
 # reaches it by argparse prefix matching), plus vLLM's short forms, so a ``command`` server that
@@ -228,22 +223,6 @@ def plan_gpus(
         f" (CUDA_VISIBLE_DEVICES={value})" + (", simulated" if simulate else "")
     )
     return GpuPlan(need, ids, names, text)
-
-
-def port_base_for_worker(
-    index: int | None, *, base: int = PORT_BASE, stride: int = PORT_STRIDE
-) -> int:
-    """First port of a worker's range: ``base + stride * index`` (0 outside xdist)."""
-    return base + stride * (0 if index is None else index)
-
-
-def port_range_for_worker(
-    index: int | None, *, base: int = PORT_BASE, stride: int = PORT_STRIDE
-) -> tuple[int, int]:
-    """``[start, stop)`` ports reserved for a worker; wraps below 65536 for large indices."""
-    slots = max((65536 - base) // stride, 1)
-    start = port_base_for_worker((0 if index is None else index) % slots, base=base, stride=stride)
-    return start, start + stride
 
 
 def visible_devices_value(gpu_ids: list[int], inherited: str | None) -> str:

@@ -15,11 +15,6 @@ from aiohttp import web
 from pytest_llmperf.base.errors import LLMPerfError
 
 
-def count_prompt_words(text: str) -> int:
-    """A rough prompt length for text prompts: whitespace-separated words (at least 1)."""
-    return max(1, len(text.split()))
-
-
 class RequestError(LLMPerfError):
     """A client error answered as HTTP 400 (SGLang's ValueError path)."""
 

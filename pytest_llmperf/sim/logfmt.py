@@ -47,29 +47,3 @@ def configure_logging(level: str = "info") -> logging.Logger:
 
 def get_logger() -> logging.Logger:
     return logging.getLogger(LOGGER_NAME)
-
-
-def decode_batch_line(
-    *,
-    num_running: int,
-    used_tokens: int,
-    max_total_tokens: int,
-    gen_throughput: float,
-    num_queued: int,
-    cuda_graph: bool,
-    accept_len: float | None = None,
-    accept_rate: float | None = None,
-) -> str:
-    """``Decode batch, ...`` exactly as SGLang's scheduler prints it (v0.5.9 layout)."""
-    usage = used_tokens / max_total_tokens if max_total_tokens > 0 else 0.0
-    msg = (
-        f"Decode batch, #running-req: {num_running}, #token: {used_tokens}, "
-        f"token usage: {usage:.2f}, "
-    )
-    if accept_len is not None:
-        msg += f"accept len: {accept_len:.2f}, accept rate: {(accept_rate or 0.0):.2f}, "
-    msg += (
-        f"cuda graph: {cuda_graph}, gen throughput (token/s): {gen_throughput:.2f}, "
-        f"#queue-req: {num_queued}"
-    )
-    return msg

@@ -170,27 +170,6 @@ def deficit(current: float, base: float, direction: Direction) -> float:
     return -ch if direction == "higher" else ch
 
 
-def _pooled_noise(
-    current: Sequence[float],
-    base_mean: float,
-    base_std: float,
-    base_n: int,
-) -> tuple[float | None, int]:
-    """Pooled relative std of one run, and its degrees of freedom (None with 0 dof)."""
-    scale = abs(base_mean) or 1.0
-    ss = 0.0
-    dof = 0
-    if base_n >= 2:
-        ss += (base_n - 1) * (base_std / scale) ** 2
-        dof += base_n - 1
-    if len(current) >= 2:
-        ss += (len(current) - 1) * (statistics.stdev(current) / scale) ** 2
-        dof += len(current) - 1
-    if dof == 0:
-        return None, 0
-    return math.sqrt(ss / dof), dof
-
-
 def _mann_whitney(
     current: Sequence[float],
     base_samples: Sequence[float],

@@ -87,13 +87,6 @@ def test_simulated_slices_are_notional_and_distinct() -> None:
     assert slices == [[0, 1], [2, 3], [4, 5]]
 
 
-def test_ports_per_worker() -> None:
-    assert gpus.port_base_for_worker(None) == 20000
-    assert gpus.port_range_for_worker(2) == (22000, 23000)
-    starts = {gpus.port_range_for_worker(i)[0] for i in range(8)}
-    assert len(starts) == 8 and all(s + 1000 <= 65536 for s in starts)
-
-
 def test_visible_devices_mapping() -> None:
     assert gpus.visible_devices_value([0, 1], None) == "0,1"
     assert gpus.visible_devices_value([1, 2], "4,5,6,7") == "5,6"
