@@ -221,7 +221,7 @@ def test_compare_reads_tolerance_metrics_and_crossover_from_the_suite_file(
     # The crossover has no baseline yet: MISSING, exactly as the pytest check.
     assert main([*base, "--gates", str(suite)]) == 1
     out = capsys.readouterr().out
-    assert "crossover mtp-vs-plain: C=16 (baseline None) missing" in out
+    assert "crossover mtp-vs-plain: C=16 (no baseline) missing" in out
     settings = compare_settings(suite)
     assert settings.metrics == ("output_throughput",)
     assert settings.tolerances == {"output_throughput": 0.2}
