@@ -1,7 +1,7 @@
 """Result models shared by the load generator, the comparison and the reports.
 
-These are file formats too (``--llmperf-json``, ``llmperf merge``), so every model forbids
-unknown fields and the top-level one carries a schema version.
+These are file formats too (``results.json``, ``llmperf sweep --json``, ``llmperf merge``), so
+every model forbids unknown fields and the top-level one carries a schema version.
 """
 
 from __future__ import annotations

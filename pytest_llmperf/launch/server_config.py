@@ -14,8 +14,9 @@ A server that is not SGLang gives its own ``command`` (an argv list; ``{port}``,
 
 A server can run SGLang from another environment (an upgrade next to the current release, for
 a same-job A/B): ``python`` is the interpreter that runs ``-m sglang.launch_server`` instead of
-the one running pytest. A simulated run ignores it (the simulator is this package, run by the
-current interpreter), so a suite with ``python`` still runs on a machine without SGLang::
+the one running pytest. Such a config counts as launchable even where this interpreter has no
+SGLang; a simulated run (``--llmperf-simulate``) ignores ``python`` (the simulator is this
+package, run by the current interpreter)::
 
     [[server]]
     name = "new"

@@ -146,8 +146,7 @@ def summary_lines(llm: LLMPerfSession) -> list[str]:
     from pytest_llmperf.report.tables import render_run
 
     lines = render_run(llm.sweeps, llm.points, llm.gates).splitlines()
-    for r in llm.sweep_checks:
-        lines.append(f"{r.label}: C={r.value} (baseline {r.baseline}) {r.verdict}")
+    lines += [r.line() for r in llm.sweep_checks]
     for kind in kinds():
         lines += kind.summary_lines(llm)
     lines += [f"INVALID: {line}" for line in llm.invalid]

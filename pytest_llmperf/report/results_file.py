@@ -27,6 +27,7 @@ from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.report.file_kinds import not_a_results_file
 from pytest_llmperf.report.tables import markdown_summary, render_run
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance, check_name
@@ -97,7 +98,7 @@ class Judgement(BaseModel):
 
 
 class RunFile(BaseModel):
-    """``--llmperf-json`` output: the sweeps of one run or shard on one hardware key, and what
+    """``results.json`` of a run: the sweeps of one run or shard on one hardware key, and what
     each test judged (``checks``; empty in files written without the plugin)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -110,17 +111,13 @@ class RunFile(BaseModel):
     checks: list[Judgement] = Field(default_factory=list)
 
     def sweep(self, config: str, workload_key: str | None = None) -> SweepResult | None:
-        return next(
-            (
-                s
-                for s in self.sweeps
-                if s.config == config and (workload_key is None or s.workload.key() == workload_key)
-            ),
-            None,
-        )
+        mine = (s for s in self.sweeps if s.config == config)
+        return next((s for s in mine if workload_key in (None, s.workload.key())), None)
 
 
 def load_run(path: str | os.PathLike[str]) -> RunFile:
+    if (other := not_a_results_file(path)) is not None:
+        raise RunFileError(other)
     return load_model_file(path, RunFile, "results file", "re-run to recreate", RunFileError)
 
 
@@ -538,8 +535,8 @@ def add_merge_parser(subparsers: Any) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "merge",
         help="merge results files of shards/runners into one",
-        description="Merge --llmperf-json results files; the same point measured twice "
-        "with different numbers is an error.",
+        description="Merge the results.json files of shards or runners (each pytest run's "
+        "--llmperf-output-dir); the same point measured twice differently is an error.",
     )
     p.add_argument("inputs", nargs="+", metavar="RESULTS.json")
     p.add_argument("-o", "--output", required=True, metavar="MERGED.json")

@@ -42,6 +42,7 @@ from pytest_llmperf.verdicts.compare import (
     PointComparison,
     compare_point,
 )
+from pytest_llmperf.verdicts.crossover import sweep_line
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
@@ -109,6 +110,9 @@ class SweepCheckResult:
     value: int | None
     baseline: int | None
     verdict: Verdict
+
+    def line(self) -> str:
+        return sweep_line(self.label, self.value, self.baseline, self.verdict)
 
 
 @dataclass

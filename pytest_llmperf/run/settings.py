@@ -210,7 +210,8 @@ SETTINGS: tuple[Setting, ...] = (
         parse_metrics,
         None,
         "metrics compared with the baseline (default: throughput, per-request tok/s, "
-        "TTFT/ITL p50, accept length)",
+        "TTFT/ITL p50, accept length, and where recorded the cache hit rate and a launched "
+        "server's startup_s, at 50 %)",
         **TEST,
     ),
     Setting(

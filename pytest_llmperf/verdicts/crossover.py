@@ -31,6 +31,7 @@ __all__ = [
     "crossover_why",
     "estimate_crossover",
     "judge_sweep_metric",
+    "sweep_line",
 ]
 
 CROSSOVER_METRIC = "crossover_concurrency"
@@ -65,7 +66,13 @@ class SweepMetricResult:
     stale: bool = False
 
     def line(self) -> str:
-        return f"{self.label}: C={self.value} (baseline {self.baseline}) {self.verdict.value}"
+        return sweep_line(self.label, self.value, self.baseline, self.verdict)
+
+
+def sweep_line(label: str, value: int | None, baseline: int | None, verdict: Verdict) -> str:
+    """``mtp-vs-plain: C=32 (baseline 32) pass``; before a baseline is recorded, it says so."""
+    base = "no baseline" if baseline is None else f"baseline {baseline}"
+    return f"{label}: C={value} ({base}) {verdict.value}"
 
 
 @dataclass(frozen=True)

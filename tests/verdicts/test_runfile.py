@@ -221,7 +221,7 @@ def test_compare_reads_tolerance_metrics_and_crossover_from_the_suite_file(
     # The crossover has no baseline yet: MISSING, exactly as the pytest check.
     assert main([*base, "--gates", str(suite)]) == 1
     out = capsys.readouterr().out
-    assert "crossover mtp-vs-plain: C=16 (baseline None) missing" in out
+    assert "crossover mtp-vs-plain: C=16 (no baseline) missing" in out
     settings = compare_settings(suite)
     assert settings.metrics == ("output_throughput",)
     assert settings.tolerances == {"output_throughput": 0.2}
@@ -303,3 +303,27 @@ def test_compare_names_a_missing_baselines_dir(
     code = main(["compare", str(results), "--baselines", str(tmp_path / "file")])
     assert code == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_merge_and_compare_name_a_sweep_or_ab_file_instead_of_listing_schema_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`llmperf sweep --json` and ab.json are the package's other JSON files; handed one, the
+    commands say what it is and which file they read, not 'hardware: Field required'."""
+    from pytest_llmperf.cli import _write_json
+    from pytest_llmperf.report.ab_table import save_ab
+
+    sweep, ab = tmp_path / "sweep.json", tmp_path / "ab.json"
+    _write_json(sweep, make_sweep("plain", PLAIN))  # exactly what `llmperf sweep --json` writes
+    save_ab([], ab)
+    (tmp_path / "b").mkdir()
+    for path, what in [(sweep, "one sweep (written by `llmperf sweep --json`)"), (ab, "an A/B")]:
+        for argv in (["merge", str(path), "-o", str(tmp_path / "m.json")], ["compare", str(path)]):
+            if argv[0] == "compare":
+                argv += ["--baselines", str(tmp_path / "b")]
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert f"{path}: this is {what}" in err and "not a results file" in err
+            assert "--llmperf-output-dir (default llmperf-results/)" in err
+            assert "Field required" not in err
+    assert not (tmp_path / "m.json").exists()
