@@ -92,11 +92,16 @@ class CrossoverEstimate:
     ties: tuple[int, ...] = ()
     invalid: tuple[str, ...] = ()
     margins: dict[int, float] = field(default_factory=dict)
+    # The config never certainly lost up to the largest level walked: the true crossover may
+    # lie above it (a sweep narrowed below the recorded crossover cannot show it fell).
+    open_ended: bool = False
 
     def judge(self, base: int) -> Verdict:
         """FAIL only when certainly below ``base``, PASS when certainly at or above it."""
         if self.low >= base:
             return Verdict.PASS
+        if self.open_ended:
+            return Verdict.INCONCLUSIVE
         if self.complete and self.high < base:
             return Verdict.FAIL
         return Verdict.INCONCLUSIVE if self.complete else Verdict.INVALID
@@ -109,6 +114,11 @@ class CrossoverEstimate:
             parts.append(f"inside the noise at {levels}: the crossover lies in C={self.low}..")
             parts[-1] += f"C={self.high}"
         parts.extend(self.invalid)
+        if self.open_ended:
+            parts.append(
+                f"the sweep stops at C={self.high} with no certain loss, so it cannot show "
+                "where the config stops winning (sweep higher levels to judge the crossover)"
+            )
         return "; ".join(parts)
 
 
@@ -174,7 +184,10 @@ def estimate_crossover(
             done_high = diff < -m
             high = high if done_high else c
     complete = done_high or not invalid
-    return CrossoverEstimate(value, low, high, complete, tuple(ties), tuple(invalid), margins)
+    open_ended = bool(common) and not done_high and not invalid
+    return CrossoverEstimate(
+        value, low, high, complete, tuple(ties), tuple(invalid), margins, open_ended
+    )
 
 
 def _mean(levels: Sequence[LevelResult], name: str) -> float | None:

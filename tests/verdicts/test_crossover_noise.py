@@ -41,6 +41,21 @@ def test_clear_differences_give_a_point_crossover() -> None:
     assert est.judge(16) == Verdict.PASS
 
 
+def test_a_sweep_that_stops_below_the_recorded_crossover_cannot_fail_it() -> None:
+    """--llmperf-levels 1,4 on a suite whose crossover was recorded at C=32: mtp still wins at
+    C=4, the largest level measured, so the run cannot say the crossover fell."""
+    plain = make_sweep("plain", {1: 100, 4: 300})
+    mtp = make_sweep("mtp", {1: 130, 4: 390})
+    est = estimate_crossover(mtp, plain)
+    assert (est.value, est.open_ended) == (4, True)
+    assert est.judge(32) == Verdict.INCONCLUSIVE
+    assert est.judge(4) == Verdict.PASS
+    assert "the sweep stops at C=4 with no certain loss" in est.note()
+    # A loss inside the measured levels is still a failure.
+    lost = estimate_crossover(make_sweep("mtp", {1: 130, 4: 200}), plain)
+    assert not lost.open_ended and lost.judge(32) == Verdict.FAIL
+
+
 def test_a_level_inside_the_noise_makes_an_interval() -> None:
     plain = make_sweep("plain", {1: 100, 4: 300, 16: 900, 64: 2000})
     mtp = make_sweep("mtp", {1: 130, 4: 390, 16: 920, 64: 1500})  # C=16: +2.2 %, a tie
