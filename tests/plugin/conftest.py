@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +151,20 @@ def xdist_args(request: pytest.FixtureRequest) -> list[str]:
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path, what: str) -> None:
+    """Wait (60 s at most) until a server started by hand answers ``/health_generate``."""
+    deadline = time.monotonic() + 60
+    while True:  # bounded by the deadline
+        assert proc.poll() is None, log_path.read_text()
+        # urllib, not httpx: pytester drops modules imported during a test, and httpcore
+        # imported afresh no longer matches the exception classes httpx maps.
+        try:
+            with urllib.request.urlopen(f"{url}/health_generate", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:  # refused while starting, HTTP 503 until warmed up
+            pass
+        assert time.monotonic() < deadline, f"{what} never became healthy"
+        time.sleep(0.2)

@@ -15,8 +15,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +22,15 @@ import pytest
 
 from pytest_llmperf.launch.ports import free_port
 
-from .conftest import LIGHT_SIM, SWEEP_TEST, assert_no_servers_left, light, read_json, run
+from .conftest import (
+    LIGHT_SIM,
+    SWEEP_TEST,
+    assert_no_servers_left,
+    light,
+    read_json,
+    run,
+    wait_healthy,
+)
 
 ONE = """
 [[server]]
@@ -49,18 +55,7 @@ def hand_started_sim(where: Path, *args: str) -> Iterator[str]:
             argv, cwd=where, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:  # bounded by the deadline
-            assert proc.poll() is None, log_path.read_text()
-            # urllib, not httpx: pytester drops modules imported during a test
-            try:
-                with urllib.request.urlopen(f"{url}/health_generate", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:  # refused while starting, HTTP 503 until warmed up
-                pass
-            assert time.monotonic() < deadline, "the hand-started server never became healthy"
-            time.sleep(0.2)
+        wait_healthy(proc, url, log_path, "the hand-started server")
         yield url
     finally:
         proc.terminate()

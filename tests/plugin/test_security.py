@@ -8,8 +8,6 @@ import importlib.util
 import secrets
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from .conftest import (
     read_json,
     run,
     servers_under,
+    wait_healthy,
 )
 
 TWO_SERVERS = """
@@ -64,19 +63,7 @@ def secured_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
             argv, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
-            # urllib, not httpx: pytester drops modules imported during a test, and httpcore
-            # imported afresh no longer matches the exception classes httpx maps.
-            try:
-                with urllib.request.urlopen(f"{url}/health_generate", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:  # refused while starting, HTTP 503 until warmed up
-                pass
-            assert time.monotonic() < deadline, "the secured server never became healthy"
-            time.sleep(0.2)
+        wait_healthy(proc, url, tmp_path / "server.log", "the secured server")
         yield url, key
     finally:
         proc.terminate()
