@@ -148,6 +148,8 @@ def test_server_never_healthy(two: pytest.Pytester) -> None:
 
 
 # fault flag, outcomes of mtp's two points, the reason its C=1 message gives.
+# The "*" after "invalid measurement: " lets another honest reason come first: on a loaded CI box
+# the few ITL gaps of a cut C=1 point can arrive coalesced, and that check fires too.
 MID_SWEEP_FAULTS = {
     "crash-after-tokens": (
         ["--sim-fault crash-after-tokens=40"],
@@ -163,7 +165,7 @@ MID_SWEEP_FAULTS = {
         {"failed": 2},
         [
             "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
-            "measurement: 1 of 2 requests failed (allowed 0); first error: request exceeded its "
+            "measurement: *1 of 2 requests failed (allowed 0); first error: request exceeded its "
             "total deadline of 3s*"
         ],
     ),
@@ -181,7 +183,7 @@ MID_SWEEP_FAULTS = {
         {"failed": 2},
         [
             "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
-            "measurement: 1 of 2 requests failed (allowed 0); first error: stream cut after * "
+            "measurement: *1 of 2 requests failed (allowed 0); first error: stream cut after * "
             "tokens: ConnectionLost: the server closed the connection before the response's end*"
         ],
     ),
@@ -190,7 +192,7 @@ MID_SWEEP_FAULTS = {
         {"failed": 2},
         [
             "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
-            "measurement: 1 of 2 requests failed (allowed 0); first error: error in stream: "
+            "measurement: *1 of 2 requests failed (allowed 0); first error: error in stream: "
             "Simulated engine error after * tokens (--sim-fault stream-error-after-tokens=40)*"
         ],
     ),
@@ -200,7 +202,7 @@ MID_SWEEP_FAULTS = {
         {"failed": 2},
         [
             "INVALID measurement (not a performance verdict, not recorded): mtp at C=1: invalid "
-            "measurement: 1 of 2 requests failed (allowed 0); first error: malformed stream: the "
+            "measurement: *1 of 2 requests failed (allowed 0); first error: malformed stream: the "
             "cumulative completion_tokens went down from * to *; the server's token counts "
             "cannot be trusted*"
         ],
