@@ -102,12 +102,17 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``llmperf merge`` / ``llmperf compare``: results files from CI shards, judged exactly
-    as an in-pytest run judges them (``pytest_llmperf.report.results_file``)."""
+    as an in-pytest run judges them (``pytest_llmperf.report.results_file``), or one run
+    against another (``report.run_compare``); ``llmperf report`` / ``pr-comment``."""
+    from pytest_llmperf.report.report_cli import add_pr_comment_parser, add_report_parser
     from pytest_llmperf.report.results_file import add_compare_parser, add_merge_parser
+    from pytest_llmperf.report.run_compare import run_compare_two
     from pytest_llmperf.run.compare_settings import compare_settings  # verdicts branch
 
     add_merge_parser(sub)
-    add_compare_parser(sub, suite_settings=compare_settings)  # verdicts branch: suite file
+    add_compare_parser(sub, suite_settings=compare_settings, two_runs=run_compare_two)
+    add_report_parser(sub)
+    add_pr_comment_parser(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,26 +24,11 @@ def write_plots(
     baseline: Callable[[EntryKey], BaselineEntry | None],
 ) -> None:
     """PNGs with each config's baseline band (value ± tolerance) and the crossover marked."""
+    from pytest_llmperf.report.html_plots import baseline_bands
     from pytest_llmperf.report.plots import PlotsUnavailable, plot_all
-    from pytest_llmperf.verdicts.baseline import EntryKey
-    from pytest_llmperf.verdicts.compare import resolve_tolerance
     from pytest_llmperf.verdicts.verdict import Verdict
 
-    bands: dict[tuple[str, str], dict[int, tuple[float, float]]] = {}
-    for sweep in sweeps:
-        for lv in sweep.levels:
-            key = EntryKey(
-                hardware_for(sweep.config),
-                sweep.config,
-                sweep.workload.key(),
-                lv.max_concurrency,
-            )
-            entry = baseline(key)
-            summary = entry.metrics.get("output_throughput") if entry else None
-            if entry is not None and summary is not None:
-                tol = resolve_tolerance("output_throughput", entry=entry)
-                band = bands.setdefault((sweep.config, sweep.workload.key()), {})
-                band[lv.max_concurrency] = (summary.mean, tol)
+    bands = baseline_bands(sweeps, hardware_for, baseline)
     invalid: dict[tuple[str, str], set[int]] = {}
     for pcs in points.values():
         for pc in pcs:

@@ -19,6 +19,8 @@ from pytest_llmperf.plugin.options import client_text
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import SweepResult
     from pytest_llmperf.plugin.session import LLMPerfSession
+    from pytest_llmperf.report.html import ReportData
+    from pytest_llmperf.verdicts.baseline import BaselineEntry, EntryKey
 
 
 # -- the start of the session ------------------------------------------------------------------
@@ -154,6 +156,8 @@ def summary_lines(llm: LLMPerfSession) -> list[str]:
     lines += [f"baselines: {line}" for line in llm.baseline_lines]
     lines += [f"WARNING: {line}" for line in llm.report_errors]
     lines.append(f"results: {llm.output_dir / 'results.json'}")
+    if llm.sweeps:
+        lines.append(f"report: {llm.output_dir / 'report.html'}")
     if llm.settings["plots"]:
         lines.append(f"plots: {llm.output_dir / 'plots'}")
     return lines
@@ -185,6 +189,7 @@ def write_reports(llm: LLMPerfSession) -> list[str]:
         attempt(f"results {out / 'results.json'}", lambda: _write_results(llm, out))
         if llm.settings["plots"]:
             attempt(f"plots {out / 'plots'}", lambda: _write_plots(llm, out / "plots"))
+        attempt(f"report {out / 'report.html'}", lambda: _write_html(llm, out))
     for kind in kinds():
         for what, write in kind.reports(llm):
             attempt(what, write)
@@ -238,3 +243,40 @@ def _write_plots(llm: LLMPerfSession, directory: Path) -> None:
         llm.safe_hardware,
         lambda key: llm.store.get(key, mark_used=False) if llm.has_store else None,
     )
+
+
+def report_data(llm: LLMPerfSession) -> ReportData:
+    """The session as the HTML report and the PR comment show it."""
+    from pytest_llmperf.report.html import ReportData
+    from pytest_llmperf.report.html_plots import baseline_bands
+
+    def baseline(key: EntryKey) -> BaselineEntry | None:
+        return llm.store.get(key, mark_used=False) if llm.has_store else None
+
+    problems = [f"INVALID: {line}" for line in llm.invalid]
+    problems += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
+    problems += [f"WARNING: {line}" for line in llm.report_errors]
+    lines = [r.line() for r in llm.sweep_checks]
+    for kind in kinds():
+        lines += kind.summary_lines(llm)
+    return ReportData(
+        llm.sweeps,
+        llm.points,
+        llm.gates,
+        hardware=sorted({llm.safe_hardware(s.config) for s in llm.sweeps}),
+        problems=problems,
+        lines=lines,
+        bands=baseline_bands(llm.sweeps, llm.safe_hardware, baseline),
+    )
+
+
+def _write_html(llm: LLMPerfSession, out: Path) -> None:
+    """``report.html`` and ``pr-comment.md``, from the session's own verdicts."""
+    from pytest_llmperf.base.atomic import atomic_write_text
+    from pytest_llmperf.report.html import render_html
+    from pytest_llmperf.report.pr_comment import pr_comment
+
+    data = report_data(llm)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "report.html", render_html(data))
+    atomic_write_text(out / "pr-comment.md", pr_comment(data))

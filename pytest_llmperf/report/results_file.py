@@ -443,8 +443,9 @@ def _run_merge(args: argparse.Namespace) -> int:
 def _run_compare(
     args: argparse.Namespace, suite_settings: SuiteSettingsLoader | None = None
 ) -> int:
-    run = load_run(args.run)
-    baselines = Path(args.baselines)
+    if args.baselines is None or args.other is not None:
+        raise RunFileError("llmperf compare: give --baselines DIR, or a second results file")
+    run, baselines = load_run(args.run), Path(args.baselines)
     if not baselines.is_dir():
         what = "is not a directory" if baselines.exists() else "does not exist"
         raise RunFileError(
@@ -483,8 +484,7 @@ def _run_compare(
 
 
 def _note_unjudged(run: RunFile, settings: CompareSettings) -> None:
-    """Gates and crossovers of ``--gates`` that no test of the run judged are not judged here
-    either (the run has no verdict to agree with); say so instead of dropping them silently."""
+    """Gates and crossovers of ``--gates`` no test of the run judged: said, never dropped."""
     gates = {j.gate for j in run.checks if j.gate is not None}
     crossovers = {(j.config, j.reference, j.metric) for j in run.checks if j.kind == "crossover"}
     names = [g.name or f"{g.config} vs {g.reference}" for g in settings.gates if g not in gates]
@@ -545,20 +545,22 @@ def add_merge_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def add_compare_parser(
-    subparsers: Any, suite_settings: SuiteSettingsLoader | None = None
+    subparsers: Any,
+    suite_settings: SuiteSettingsLoader | None = None,
+    two_runs: Callable[[argparse.Namespace], int] | None = None,
 ) -> argparse.ArgumentParser:
-    """Register ``llmperf compare RUN --baselines DIR``; exit status as in-pytest.
-
-    ``suite_settings`` reads a suite file given to ``--gates`` (``run.compare_settings``).
-    """
+    """``llmperf compare RUN --baselines DIR`` (exit status as in-pytest); ``suite_settings``
+    reads a ``--gates`` suite file, ``two_runs`` handles ``llmperf compare A.json B.json``."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "compare",
-        help="judge a results file against stored baselines and gates",
+        help="judge a results file against stored baselines and gates, or against another run",
         description="Compare a results file with a baselines directory (and cross-config "
-        "gates) and exit 1 on a failed, invalid or missing point, as the pytest run would.",
+        "gates) and exit 1 on a failed, invalid or missing point, as the pytest run would; "
+        "or, given two results files A B, judge B's points against A's samples.",
     )
     p.add_argument("run", metavar="RESULTS.json")
-    p.add_argument("--baselines", required=True, metavar="DIR")
+    p.add_argument("other", nargs="?", default=None, metavar="B.json")
+    p.add_argument("--baselines", default=None, metavar="DIR")
     p.add_argument("--tolerance", type=float, default=None, help="fraction for every metric")
     p.add_argument(
         "--metric-tolerance",
@@ -592,5 +594,7 @@ def add_compare_parser(
         default=None,
         help="append a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)",
     )
-    p.set_defaults(func=_guarded(lambda args: _run_compare(args, suite_settings)))
+    one = _guarded(lambda args: _run_compare(args, suite_settings))
+    two = _guarded(two_runs or (lambda a: _run_compare(a, suite_settings)))
+    p.set_defaults(func=lambda args: (two if args.other is not None else one)(args))
     return p
