@@ -99,7 +99,9 @@ def green_means(p: PointComparison) -> str:
             f"(tolerance {100 * d.tolerance:.3g} %, {noise}, n={d.n_current} vs "
             f"baseline n={d.n_baseline})"
         )
-    return f"{where}: green means " + "; ".join(parts)
+    if p.verdict == Verdict.PASS:
+        return f"{where}: green means " + "; ".join(parts)
+    return f"{where} ({p.verdict.value}, not green): green would mean " + "; ".join(parts)
 
 
 _CSS = """
@@ -107,7 +109,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
 background:#fff;max-width:1400px}
 h1{font-size:22px;margin:0 0 8px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid
 #d0d7de;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
-table{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0 12px}pre{overflow-x:auto}
 th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f3f5f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v-pass{background:#d6f5dd;color:#0f5323;font-weight:600}
