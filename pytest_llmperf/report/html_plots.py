@@ -102,7 +102,8 @@ def _latency_vs_throughput(sweeps: Sequence[SweepResult], invalid: Invalid | Non
             ax.set_ylabel(f"{title} (ms)")
             ax.set_title(f"{title} vs throughput")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
         return _fig_uri(fig)
     finally:
         plt.close(fig)
