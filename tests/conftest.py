@@ -13,6 +13,7 @@ spread ``pytest perf_tests`` over workers (one server, and one GPU slice, per wo
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,10 @@ import pytest
 pytest_plugins = ["pytester"]
 
 WORKERS = 2
+
+# The HTML report's figures cost 2-4 s of matplotlib per measuring session and hundreds of
+# sessions run here; tests/report/test_html_report.py asks for them where it checks them.
+os.environ.setdefault("LLMPERF_HTML_REPORT", "tables")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n into workers

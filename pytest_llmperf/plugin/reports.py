@@ -156,7 +156,7 @@ def summary_lines(llm: LLMPerfSession) -> list[str]:
     lines += [f"baselines: {line}" for line in llm.baseline_lines]
     lines += [f"WARNING: {line}" for line in llm.report_errors]
     lines.append(f"results: {llm.output_dir / 'results.json'}")
-    if llm.sweeps:
+    if llm.sweeps and llm.settings["html_report"] != "off":
         lines.append(f"report: {llm.output_dir / 'report.html'}")
     if llm.settings["plots"]:
         lines.append(f"plots: {llm.output_dir / 'plots'}")
@@ -189,7 +189,8 @@ def write_reports(llm: LLMPerfSession) -> list[str]:
         attempt(f"results {out / 'results.json'}", lambda: _write_results(llm, out))
         if llm.settings["plots"]:
             attempt(f"plots {out / 'plots'}", lambda: _write_plots(llm, out / "plots"))
-        attempt(f"report {out / 'report.html'}", lambda: _write_html(llm, out))
+        if llm.settings["html_report"] != "off":
+            attempt(f"report {out / 'report.html'}", lambda: _write_html(llm, out))
     for kind in kinds():
         for what, write in kind.reports(llm):
             attempt(what, write)
@@ -267,6 +268,7 @@ def report_data(llm: LLMPerfSession) -> ReportData:
         problems=problems,
         lines=lines,
         bands=baseline_bands(llm.sweeps, llm.safe_hardware, baseline),
+        plots=llm.settings["html_report"] == "plots",
     )
 
 

@@ -42,6 +42,7 @@ class ReportData:
     lines: Sequence[str] = ()  # whole-sweep results (crossover, SLO) as the summary prints them
     bands: Bands | None = None
     trends: Sequence[TrendSeries] = ()
+    plots: bool = True  # False: tables only (a session asked for no figures)
     source: str = "pytest session"
     verdicts_note: str | None = None
     generated: str = field(
@@ -233,6 +234,8 @@ def _green(data: ReportData) -> str:
 
 def _figures(data: ReportData) -> str:
     out = ["<h2>Plots</h2>"]
+    if not data.plots:
+        return out[0] + "<p class='note'>plots left out (html_report = \"tables\")</p>"
     try:
         figures: list[Figure] = sweep_figures(data.sweeps, data.bands, data.invalid())
     except PlotsUnavailable:
@@ -250,9 +253,12 @@ def _trends(data: ReportData) -> str:
         return out[0] + "<p class='note'>no history given: no trend to show</p>"
     for series in data.trends:
         try:
+            if not data.plots:
+                raise PlotsUnavailable('plots left out (html_report = "tables")')
             fig = trend_figure(series)
-        except PlotsUnavailable:
-            out.append(f"<p class='note'>{_e(series.title)}: {_e(PLOTS_HINT)}</p>")
+        except PlotsUnavailable as exc:
+            hint = PLOTS_HINT if data.plots else str(exc)
+            out.append(f"<p class='note'>{_e(series.title)}: {_e(hint)}</p>")
             pairs = zip(series.labels, series.values, strict=True)
             rows = [[str(label), f"{v:g}"] for label, v in pairs]
             out.append(_table(["at", series.unit or "value"], rows))

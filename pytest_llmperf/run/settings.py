@@ -300,6 +300,13 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
     ),
     Setting(
+        "html_report",
+        parse_choice("plots", "tables", "off"),
+        "plots",
+        "report.html and pr-comment.md in the output dir: plots (with its figures, needs "
+        "matplotlib, 2-4 s), tables (no figures) or off",
+    ),
+    Setting(
         "details",
         parse_bool,
         False,

@@ -69,7 +69,10 @@ def _colours(png: Path) -> set[tuple[int, ...]]:
 
 
 @needs_chromium
-def test_report_of_a_session_as_a_reader_sees_it(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_report_of_a_session_as_a_reader_sees_it(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMPERF_HTML_REPORT", "plots")  # tests/conftest.py leaves them out
     pytester.makefile(".toml", llmperf=light(IMPOSSIBLE))
     pytester.makepyfile(test_perf=TESTS)
     pytester.runpytest_subprocess(*FAST, "--llmperf-update", timeout=240)
@@ -119,6 +122,14 @@ def test_report_without_matplotlib_keeps_tables(monkeypatch: pytest.MonkeyPatch)
     page = render_html(ReportData([make_sweep("plain", PLAIN)]))
     assert "pip install &#x27;pytest-llmperf[plots]&#x27;" in page
     assert "<h3>plain (sglang-in1000-out1000)</h3>" in page and "<img" not in page
+
+
+def test_tables_only_draws_no_figure() -> None:
+    """html_report = "tables": the tables stay, no figure is drawn (nor matplotlib asked)."""
+    trend = TrendSeries("plain C=1", ["r1", "r2"], [100.0, 90.0], [1], unit="tok/s")
+    page = render_html(ReportData([make_sweep("plain", PLAIN)], trends=[trend], plots=False))
+    assert "<img" not in page and "plots left out" in page
+    assert "<h3>plain (sglang-in1000-out1000)</h3>" in page and "r2" in page
 
 
 def test_every_text_is_escaped_and_redacted() -> None:
