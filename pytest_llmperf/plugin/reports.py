@@ -87,7 +87,8 @@ def finish(llm: LLMPerfSession, session: pytest.Session) -> None:
 
 def bisect_status(llm: LLMPerfSession, session: pytest.Session) -> int:
     """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did
-    not start, a level was invalid), 1 on a regression or any failed test, else 0."""
+    not start, a level was invalid) or, under ``undecided = "exit"``, a check stayed
+    inconclusive; 1 on a regression or any failed test, else 0."""
     from pytest_llmperf.verdicts.verdict import Verdict
 
     if llm.unmeasured or llm.invalid:
@@ -95,7 +96,12 @@ def bisect_status(llm: LLMPerfSession, session: pytest.Session) -> int:
     verdicts = [p.verdict for ps in llm.points.values() for p in ps]
     verdicts += [g.verdict for g in llm.gates]
     failed = Verdict.FAIL in verdicts or any(r.verdict == Verdict.FAIL for r in llm.sweep_checks)
-    return 1 if failed or session.testsfailed else 0
+    if failed or session.testsfailed:
+        return 1
+    from pytest_llmperf.plugin.undecided import undecided_checks
+
+    # "could not decide this commit" is what 125 tells git bisect (any other code is "bad")
+    return 125 if llm.settings["undecided"] == "exit" and undecided_checks(llm) else 0
 
 
 def _flush_baselines(llm: LLMPerfSession, session: pytest.Session) -> None:

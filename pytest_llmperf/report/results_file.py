@@ -29,6 +29,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.file_kinds import not_a_results_file
 from pytest_llmperf.report.tables import markdown_summary, render_run
+from pytest_llmperf.report.undecided_flag import add_undecided_argument, undecided_from_args
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
@@ -91,6 +92,8 @@ class Judgement(BaseModel):
     reference: str | None = None  # crossover: the other config
     metric: str | None = None  # crossover: the metric compared
     name: str | None = None  # crossover: its name in the suite
+    green_means: str | None = None  # point: the regression its verdict could have missed
+    missable: dict[str, float] = Field(default_factory=dict)  # point: per metric, relative
 
     @property
     def label(self) -> str:
@@ -197,11 +200,11 @@ class RunVerdicts:
     # test id -> its verdict here, for a results file that records what each test judged
     by_test: dict[str, Verdict] = field(default_factory=dict)
 
-    def exit_status(self, *, fail_inconclusive: bool = False) -> int:
+    def exit_status(self, *, undecided: str = "warn", fail_inconclusive: bool = False) -> int:
         verdicts = [p.verdict for ps in self.points.values() for p in ps]
         verdicts += [g.verdict for g in self.gates]
         verdicts += [x.verdict for x in self.crossovers]
-        return exit_status(verdicts, fail_inconclusive=fail_inconclusive)
+        return exit_status(verdicts, undecided=undecided, fail_inconclusive=fail_inconclusive)
 
 
 def judge_run(
@@ -479,7 +482,7 @@ def _run_compare(
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:  # GITHUB_STEP_SUMMARY appends
             f.write(render_verdicts(run, verdicts, markdown=True))
-    return verdicts.exit_status(fail_inconclusive=args.fail_inconclusive)
+    return verdicts.exit_status(undecided=undecided_from_args(args))
 
 
 def _note_unjudged(run: RunFile, settings: CompareSettings) -> None:
@@ -585,7 +588,7 @@ def add_compare_parser(
         help="failed requests allowed per level (default: what each test of the run allowed, "
         "else 0)",
     )
-    p.add_argument("--fail-inconclusive", action="store_true")
+    add_undecided_argument(p)
     p.add_argument(
         "--markdown",
         metavar="PATH",
