@@ -68,7 +68,9 @@ def header_lines(llm: LLMPerfSession, config: pytest.Config) -> list[str] | None
         f"client {client_text(int(s['client_processes']))}; baselines {llm.store.directory}"
         + ("; UPDATING baselines" if s["update"] else "")
     )
-    return lines
+    from pytest_llmperf.plugin.timing import plan_lines
+
+    return lines + plan_lines(llm, suite, run, levels, wl)
 
 
 # -- the end of the session --------------------------------------------------------------------
@@ -159,6 +161,9 @@ def summary_lines(llm: LLMPerfSession) -> list[str]:
     lines += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
     lines += [f"baselines: {line}" for line in llm.baseline_lines]
     lines += [f"WARNING: {line}" for line in llm.report_errors]
+    from pytest_llmperf.plugin.timing import took_lines
+
+    lines += took_lines(llm)
     lines.append(f"results: {llm.output_dir / 'results.json'}")
     if llm.settings["plots"]:
         lines.append(f"plots: {llm.output_dir / 'plots'}")
@@ -220,6 +225,7 @@ def step_summary(llm: LLMPerfSession) -> list[str]:
 
 def _write_results(llm: LLMPerfSession, out: Path) -> None:
     """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
+    from pytest_llmperf.plugin.timing import took
     from pytest_llmperf.report.results_file import RunFile, save_run
 
     by_hw: dict[str, list[SweepResult]] = {}
@@ -229,7 +235,8 @@ def _write_results(llm: LLMPerfSession, out: Path) -> None:
     for i, (hw, sweeps) in enumerate(sorted(by_hw.items())):
         name = "results.json" if i == 0 else f"results-{hw}.json"
         checks = [j for j in llm.checks if llm.safe_hardware(j.config) == hw]
-        save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
+        mine = {c: t for c, t in took(llm).items() if llm.safe_hardware(c) == hw}
+        save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks, took=mine), out / name)
 
 
 def _write_plots(llm: LLMPerfSession, directory: Path) -> None:

@@ -28,6 +28,7 @@ from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.file_kinds import not_a_results_file
+from pytest_llmperf.report.judgement import Judgement, Took
 from pytest_llmperf.report.tables import markdown_summary, render_run
 from pytest_llmperf.report.undecided_flag import add_undecided_argument, undecided_from_args
 from pytest_llmperf.verdicts.baseline import BaselineStore
@@ -71,35 +72,6 @@ class RunFileError(InputError):
     """A results file is unreadable, invalid or conflicts with another; message for people."""
 
 
-class Judgement(BaseModel):
-    """One check a test of the pytest run made, with the settings that test resolved for itself
-    (marker > CLI > env > ini > suite > default) and the verdict it reached, so ``llmperf
-    compare`` judges the same point of the same workload the same way."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["point", "gate", "crossover"]
-    nodeid: str
-    config: str
-    workload: str  # Workload.key() of the sweep it judged
-    concurrency: int | None = None  # None for a whole-sweep check (crossover)
-    verdict: Verdict
-    metrics: list[str] | None = None
-    tolerances: dict[str, float] = Field(default_factory=dict)
-    policy: ValidityPolicy = Field(default_factory=ValidityPolicy)
-    adjust: str = "none"
-    gate: Gate | None = None
-    reference: str | None = None  # crossover: the other config
-    metric: str | None = None  # crossover: the metric compared
-    name: str | None = None  # crossover: its name in the suite
-    green_means: str | None = None  # point: the regression its verdict could have missed
-    missable: dict[str, float] = Field(default_factory=dict)  # point: per metric, relative
-
-    @property
-    def label(self) -> str:
-        return self.nodeid or f"{self.kind} {self.config} {self.workload} C={self.concurrency}"
-
-
 class RunFile(BaseModel):
     """``results.json`` of a run: the sweeps of one run or shard on one hardware key, and what
     each test judged (``checks``; empty in files written without the plugin)."""
@@ -112,6 +84,7 @@ class RunFile(BaseModel):
     shard: str | None = None
     sweeps: list[SweepResult] = Field(default_factory=list)
     checks: list[Judgement] = Field(default_factory=list)
+    took: dict[str, Took] = Field(default_factory=dict)  # config -> its launches and time
 
     def sweep(self, config: str, workload_key: str | None = None) -> SweepResult | None:
         mine = (s for s in self.sweeps if s.config == config)
@@ -170,6 +143,7 @@ def merge(paths: Sequence[str | os.PathLike[str]]) -> RunFile:
             target.repeats = dict(sorted(target.repeats.items()))
         seen = {(j.kind, j.nodeid) for j in merged.checks}
         merged.checks.extend(j for j in run.checks if (j.kind, j.nodeid) not in seen)
+        merged.took.update(run.took)
     return merged
 
 
