@@ -151,6 +151,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from pytest_llmperf.plugin.busy import busy_exit_status
 
     busy_exit_status(llm, session)
+    from pytest_llmperf.plugin.undecided import undecided_exit_status
+
+    undecided_exit_status(llm, session)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -163,8 +166,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     terminalreporter.write_sep("=", "llmperf")
     from pytest_llmperf.plugin.busy import busy_line
+    from pytest_llmperf.plugin.undecided import undecided_line
 
-    for line in summary_lines(llm) + busy_line(llm):
+    for line in summary_lines(llm) + busy_line(llm) + undecided_line(llm):
         terminalreporter.write_line(line)
 
 

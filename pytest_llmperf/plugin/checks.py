@@ -37,15 +37,33 @@ def call(fn: Callable[[], T]) -> T:
     _fail(error)  # outside the except block: no chained traceback in the report
 
 
-def enact(outcome: Outcome) -> None:
-    """Turn a check's outcome into pytest's: fail, skip, or pass with warnings."""
+def enact(outcome: Outcome, undecided: str = "warn") -> None:
+    """Turn a check's outcome into pytest's: fail, skip, or pass with warnings.
+
+    An inconclusive verdict follows the ``undecided`` setting: "warn" passes (the session
+    warns once for all of them, ``plugin/undecided.py``: a warning in every test of every run
+    is soon ignored), "fail" fails the test, "exit" skips it (neither pass nor fail; the
+    session then exits with its own status)."""
     __tracebackhide__ = True
     if outcome.kind == "fail":
         _fail(outcome.message)
     if outcome.kind == "skip":
         pytest.skip(redact(outcome.message))
+    open_ = [message for kind, message in outcome.warnings if kind == "inconclusive"]
+    if open_ and undecided in ("fail", "exit"):
+        text = f"INCONCLUSIVE (--llmperf-undecided={undecided}): " + "\n".join(open_)
+        if undecided == "fail":
+            _fail(text)
+        pytest.skip(redact(text))
     for kind, message in outcome.warnings:
-        warn(kind, redact(message))
+        if kind != "inconclusive":
+            warn(kind, redact(message))
+
+
+def policy(check: object) -> str:
+    """The session's ``undecided`` setting, as the check's run holds it."""
+    run = getattr(check, "run", None)
+    return str(getattr(getattr(run, "options", None), "undecided", "warn"))
 
 
 class ComparisonAsserts(Generic[R]):
@@ -60,7 +78,7 @@ class ComparisonAsserts(Generic[R]):
         """Fail with a sentence saying where, by how much and why the comparison is not met;
         warn when it is inconclusive."""
         __tracebackhide__ = True
-        enact(call(self.judge))  # type: ignore[attr-defined]
+        enact(call(self.judge), policy(self))  # type: ignore[attr-defined]
 
 
 class SweepAsserts:
@@ -74,6 +92,6 @@ class SweepAsserts:
     def check(self) -> None:
         """Fail when the number fell below its baseline; warn when it rose (stale)."""
         __tracebackhide__ = True
-        enact(call(self.judge))  # type: ignore[attr-defined]
+        enact(call(self.judge), policy(self))  # type: ignore[attr-defined]
 
     assert_baseline = check  # the older name, kept as an alias

@@ -70,7 +70,9 @@ def header_lines(llm: LLMPerfSession, config: pytest.Config) -> list[str] | None
         f"client {client_text(int(s['client_processes']))}; baselines {llm.store.directory}"
         + ("; UPDATING baselines" if s["update"] else "")
     )
-    return lines
+    from pytest_llmperf.plugin.timing import plan_lines
+
+    return lines + plan_lines(llm, suite, run, levels, wl)
 
 
 # -- the end of the session --------------------------------------------------------------------
@@ -89,7 +91,8 @@ def finish(llm: LLMPerfSession, session: pytest.Session) -> None:
 
 def bisect_status(llm: LLMPerfSession, session: pytest.Session) -> int:
     """``git bisect run``'s contract: 125 when this commit cannot be measured (a server did
-    not start, a level was invalid), 1 on a regression or any failed test, else 0."""
+    not start, a level was invalid) or, under ``undecided = "exit"``, a check stayed
+    inconclusive; 1 on a regression or any failed test, else 0."""
     from pytest_llmperf.verdicts.verdict import Verdict
 
     if llm.unmeasured or llm.invalid:
@@ -97,7 +100,12 @@ def bisect_status(llm: LLMPerfSession, session: pytest.Session) -> int:
     verdicts = [p.verdict for ps in llm.points.values() for p in ps]
     verdicts += [g.verdict for g in llm.gates]
     failed = Verdict.FAIL in verdicts or any(r.verdict == Verdict.FAIL for r in llm.sweep_checks)
-    return 1 if failed or session.testsfailed else 0
+    if failed or session.testsfailed:
+        return 1
+    from pytest_llmperf.plugin.undecided import undecided_checks
+
+    # "could not decide this commit" is what 125 tells git bisect (any other code is "bad")
+    return 125 if llm.settings["undecided"] == "exit" and undecided_checks(llm) else 0
 
 
 def _flush_baselines(llm: LLMPerfSession, session: pytest.Session) -> None:
@@ -155,6 +163,9 @@ def summary_lines(llm: LLMPerfSession) -> list[str]:
     lines += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
     lines += [f"baselines: {line}" for line in llm.baseline_lines]
     lines += [f"WARNING: {line}" for line in llm.report_errors]
+    from pytest_llmperf.plugin.timing import took_lines
+
+    lines += took_lines(llm)
     lines.append(f"results: {llm.output_dir / 'results.json'}")
     if llm.sweeps and llm.settings["html_report"] != "off":
         lines.append(f"report: {llm.output_dir / 'report.html'}")
@@ -220,6 +231,7 @@ def step_summary(llm: LLMPerfSession) -> list[str]:
 
 def _write_results(llm: LLMPerfSession, out: Path) -> None:
     """One results file per hardware key (``llmperf compare`` judges it like this run did)."""
+    from pytest_llmperf.plugin.timing import took
     from pytest_llmperf.report.results_file import RunFile, save_run
 
     by_hw: dict[str, list[SweepResult]] = {}
@@ -229,7 +241,8 @@ def _write_results(llm: LLMPerfSession, out: Path) -> None:
     for i, (hw, sweeps) in enumerate(sorted(by_hw.items())):
         name = "results.json" if i == 0 else f"results-{hw}.json"
         checks = [j for j in llm.checks if llm.safe_hardware(j.config) == hw]
-        save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks), out / name)
+        mine = {c: t for c, t in took(llm).items() if llm.safe_hardware(c) == hw}
+        save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks, took=mine), out / name)
 
 
 def _write_plots(llm: LLMPerfSession, directory: Path) -> None:

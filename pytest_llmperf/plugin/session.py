@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pytest_llmperf.run.busy import BusyPoint
     from pytest_llmperf.run.checks import SweepCheckResult
     from pytest_llmperf.run.perfrun import PerfRun
+    from pytest_llmperf.run.plan_time import ConfigSpent, Plan
     from pytest_llmperf.run.suite import Suite
     from pytest_llmperf.verdicts.baseline import BaselineStore
     from pytest_llmperf.verdicts.compare import PointComparison
@@ -62,6 +63,8 @@ class LLMPerfSession:
     unmeasured: dict[str, str] = field(default_factory=dict)
     # What a kind collects that no shared table holds (A/B's points), by kind name.
     kind_results: dict[str, list[Any]] = field(default_factory=dict)
+    plan: Plan | None = None  # the header's prediction of launches and time
+    spent: dict[str, ConfigSpent] = field(default_factory=dict)  # config -> what it took
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> LLMPerfSession:
@@ -218,6 +221,7 @@ class LLMPerfSession:
             self.run.close()
             self.sweeps = self.run.all_sweeps()
             self.unmeasured.update(self.run.unmeasured())
+            self.spent.update(self.run.spent)
             self.hardware = {s.config: self.safe_hardware(s.config) for s in self.sweeps}
 
 

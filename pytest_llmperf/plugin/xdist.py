@@ -18,7 +18,15 @@ PAYLOAD_KEY = "llmperf"
 
 
 # The session's own result fields; each kind adds those it fills (``CheckKind.payload``).
-_SESSION_FIELDS = ("checks", "hardware", "invalid", "busy", "unmeasured", "kind_results")
+_SESSION_FIELDS = (
+    "checks",
+    "hardware",
+    "invalid",
+    "busy",
+    "unmeasured",
+    "kind_results",
+    "spent",
+)
 
 
 def _fields() -> list[str]:

@@ -28,7 +28,9 @@ from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.file_kinds import not_a_results_file
+from pytest_llmperf.report.judgement import Judgement, Took
 from pytest_llmperf.report.tables import markdown_summary, render_run
+from pytest_llmperf.report.undecided_flag import add_undecided_argument, undecided_from_args
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
@@ -70,33 +72,6 @@ class RunFileError(InputError):
     """A results file is unreadable, invalid or conflicts with another; message for people."""
 
 
-class Judgement(BaseModel):
-    """One check a test of the pytest run made, with the settings that test resolved for itself
-    (marker > CLI > env > ini > suite > default) and the verdict it reached, so ``llmperf
-    compare`` judges the same point of the same workload the same way."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["point", "gate", "crossover"]
-    nodeid: str
-    config: str
-    workload: str  # Workload.key() of the sweep it judged
-    concurrency: int | None = None  # None for a whole-sweep check (crossover)
-    verdict: Verdict
-    metrics: list[str] | None = None
-    tolerances: dict[str, float] = Field(default_factory=dict)
-    policy: ValidityPolicy = Field(default_factory=ValidityPolicy)
-    adjust: str = "none"
-    gate: Gate | None = None
-    reference: str | None = None  # crossover: the other config
-    metric: str | None = None  # crossover: the metric compared
-    name: str | None = None  # crossover: its name in the suite
-
-    @property
-    def label(self) -> str:
-        return self.nodeid or f"{self.kind} {self.config} {self.workload} C={self.concurrency}"
-
-
 class RunFile(BaseModel):
     """``results.json`` of a run: the sweeps of one run or shard on one hardware key, and what
     each test judged (``checks``; empty in files written without the plugin)."""
@@ -109,6 +84,7 @@ class RunFile(BaseModel):
     shard: str | None = None
     sweeps: list[SweepResult] = Field(default_factory=list)
     checks: list[Judgement] = Field(default_factory=list)
+    took: dict[str, Took] = Field(default_factory=dict)  # config -> its launches and time
 
     def sweep(self, config: str, workload_key: str | None = None) -> SweepResult | None:
         mine = (s for s in self.sweeps if s.config == config)
@@ -167,6 +143,7 @@ def merge(paths: Sequence[str | os.PathLike[str]]) -> RunFile:
             target.repeats = dict(sorted(target.repeats.items()))
         seen = {(j.kind, j.nodeid) for j in merged.checks}
         merged.checks.extend(j for j in run.checks if (j.kind, j.nodeid) not in seen)
+        merged.took.update(run.took)
     return merged
 
 
@@ -197,11 +174,11 @@ class RunVerdicts:
     # test id -> its verdict here, for a results file that records what each test judged
     by_test: dict[str, Verdict] = field(default_factory=dict)
 
-    def exit_status(self, *, fail_inconclusive: bool = False) -> int:
+    def exit_status(self, *, undecided: str = "warn", fail_inconclusive: bool = False) -> int:
         verdicts = [p.verdict for ps in self.points.values() for p in ps]
         verdicts += [g.verdict for g in self.gates]
         verdicts += [x.verdict for x in self.crossovers]
-        return exit_status(verdicts, fail_inconclusive=fail_inconclusive)
+        return exit_status(verdicts, undecided=undecided, fail_inconclusive=fail_inconclusive)
 
 
 def judge_run(
@@ -480,7 +457,7 @@ def _run_compare(
     if args.markdown:
         with open(args.markdown, "a", encoding="utf-8") as f:  # GITHUB_STEP_SUMMARY appends
             f.write(render_verdicts(run, verdicts, markdown=True))
-    return verdicts.exit_status(fail_inconclusive=args.fail_inconclusive)
+    return verdicts.exit_status(undecided=undecided_from_args(args))
 
 
 def _note_unjudged(run: RunFile, settings: CompareSettings) -> None:
@@ -587,7 +564,7 @@ def add_compare_parser(
         help="failed requests allowed per level (default: what each test of the run allowed, "
         "else 0)",
     )
-    p.add_argument("--fail-inconclusive", action="store_true")
+    add_undecided_argument(p)
     p.add_argument(
         "--markdown",
         metavar="PATH",

@@ -16,6 +16,7 @@ from tabulate import tabulate
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.verdicts.compare import PointComparison, explain, fmt_num
 from pytest_llmperf.verdicts.gates import GateResult
+from pytest_llmperf.verdicts.green import green_means
 from pytest_llmperf.verdicts.validity import context_shortfall
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -291,6 +292,12 @@ def render_run(
         out.append("### gates" if markdown else "gates:")
         out.append(gate_table(gates, tablefmt=fmt))
         out.append("")
+    green = [f"- {p.config}: {green_means(p)}" for ps in points.values() for p in ps]
+    if green:
+        # What each verdict can vouch for: the regression a pass could have missed.
+        out.append("### what green means" if markdown else "what green means:")
+        out.extend(redact(line) for line in green)
+        out.append("")
     messages = [m for ps in points.values() for p in ps for m in p.messages]
     messages += [p.message for g in gates for p in g.failed]
     messages += [g.message() for g in gates if not g.points]
@@ -325,6 +332,7 @@ def junit_properties(
     if point is not None:
         props.append(("llmperf.verdict", point.verdict.value))
         props.append(("llmperf.concurrency", str(point.concurrency)))
+        props.append(("llmperf.green_means", green_means(point)))
         for m in point.metrics:
             props.append((f"llmperf.{m.metric}", f"{m.current:g}"))
             props.append((f"llmperf.{m.metric}.baseline", f"{m.baseline:g}"))

@@ -44,6 +44,7 @@ from pytest_llmperf.verdicts.compare import (
 )
 from pytest_llmperf.verdicts.crossover import sweep_line
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
+from pytest_llmperf.verdicts.green import green_means, missable
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -260,7 +261,8 @@ class PointCheck:
             self.on_compared(pc)
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
-                tolerances=dict(self.tolerances), adjust=self.adjust)  # fmt: skip
+                tolerances=dict(self.tolerances), adjust=self.adjust,
+                green_means=green_means(pc), missable=missable(pc))  # fmt: skip
         if pc.verdict == Verdict.INVALID and all_starved(self.samples, self.workload, self.policy):
             return _busy(self.on_busy, [busy_point(self.config, self.samples)])
         if pc.verdict == Verdict.INVALID:
@@ -284,7 +286,7 @@ class PointCheck:
             return Outcome.fail(pc.message())
         out = Outcome()
         if pc.verdict == Verdict.INCONCLUSIVE:
-            out.warnings.append(("inconclusive", pc.message()))
+            out.warnings.append(("inconclusive", f"{green_means(pc)}\n{pc.message()}"))
         out.warnings += [("stale", m.message) for m in pc.stale]
         return out
 

@@ -32,6 +32,8 @@ class RunOptions:
     # "rerun": restart a launched/simulated server before a sample that must be independent
     # of the current launch's speed (``measure(fresh_launch=True)``); "never": reuse it.
     relaunch: str = "never"
+    # What a check left inconclusive does to its test: "warn" (passes), "fail" or "exit" (skip).
+    undecided: str = "warn"
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any], slo: Slo | None = None) -> RunOptions:
@@ -50,6 +52,7 @@ class RunOptions:
             client_processes=int(s["client_processes"]),
             slo=slo,
             relaunch=s["relaunch"],
+            undecided=s.get("undecided", "warn"),
         )
 
     @classmethod

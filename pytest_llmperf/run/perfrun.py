@@ -28,6 +28,7 @@ from pytest_llmperf.launch import gpus
 from pytest_llmperf.launch.launcher import ServerHandle
 from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.run.options import RunOptions, parse_url_map, sim_args_for
+from pytest_llmperf.run.plan_time import ConfigSpent, record_spent
 from pytest_llmperf.run.samples import SampleStore
 from pytest_llmperf.run.servers import (
     PROMPT_ORDINALS,
@@ -69,6 +70,7 @@ class PerfRun:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
     servers: ServerPool = field(init=False, repr=False)
     store: SampleStore = field(init=False, repr=False)
+    spent: dict[str, ConfigSpent] = field(init=False, repr=False)  # launches and time
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class PerfRun:
         self.env = dict(env or {})
         self.servers = ServerPool(suite, output_dir, options, self.env)
         self.store = SampleStore()
+        self.spent = {}
 
     # -- the servers (``ServerPool``) ------------------------------------------------------
     def url_for(self, config: str) -> str | None:
@@ -156,6 +159,25 @@ class PerfRun:
         return self.store.of(config, workload, concurrency)
 
     def measure(
+        self,
+        config: str,
+        workload: Workload,
+        concurrency: int,
+        *,
+        fresh_launch: bool = False,
+        keep: bool = True,
+    ) -> LevelResult:
+        """``_measure``, its wall time (launching included) and launch added to ``spent``."""
+        t0 = time.monotonic()
+        try:
+            return self._measure(
+                config, workload, concurrency, fresh_launch=fresh_launch, keep=keep
+            )
+        finally:
+            live = self.servers.live_launch(config)
+            record_spent(self.spent, config, live, time.monotonic() - t0)
+
+    def _measure(
         self,
         config: str,
         workload: Workload,

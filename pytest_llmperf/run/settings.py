@@ -293,6 +293,14 @@ SETTINGS: tuple[Setting, ...] = (
         "times, then skipped with one summary line, and fail makes the exit status 1",
     ),
     Setting(
+        "undecided",
+        parse_choice("warn", "fail", "exit"),
+        "warn",
+        "what a check still inconclusive after its re-runs does: warn (it passes; one warning "
+        "for the session), fail (its test fails), or exit (its test is skipped and the session "
+        "exits 6 when nothing failed; 125 with --llmperf-bisect)",
+    ),
+    Setting(
         "plots",
         parse_bool,
         False,

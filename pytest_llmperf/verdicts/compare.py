@@ -40,6 +40,7 @@ from pytest_llmperf.verdicts.verdict import Verdict, worst
 
 __all__ = [
     "DEFAULT_METRICS",
+    "EXIT_UNDECIDED",
     "MetricComparison",
     "PointComparison",
     "ToleranceError",
@@ -205,6 +206,7 @@ class MetricComparison:
     decision: Decision
     verdict: Verdict
     message: str
+    adjusted: bool = False  # the decision is on launch-adjusted residuals (launch_adjust)
 
     @property
     def change(self) -> float:
@@ -351,7 +353,9 @@ def with_launch_adjustment(
     if why and verdict != Verdict.PASS:
         msg += "; " + "; ".join(why)
     decision = adj if verdict != Verdict.FAIL or adj.outcome == Verdict.FAIL else mc.decision
-    return dataclasses.replace(mc, decision=decision, verdict=verdict, message=msg)
+    return dataclasses.replace(
+        mc, decision=decision, verdict=verdict, message=msg, adjusted=decision is adj
+    )
 
 
 def compare_point(
@@ -512,9 +516,22 @@ def compare_sweep(
     return out
 
 
-def exit_status(verdicts: Iterable[Verdict], *, fail_inconclusive: bool = False) -> int:
-    """1 when any point failed, was invalid or had no baseline; inconclusive only if asked."""
-    bad = {Verdict.FAIL, Verdict.INVALID, Verdict.MISSING}
+# The session's exit status when a check stayed undecided under ``undecided = "exit"`` and
+# nothing failed: pytest itself uses 0-5, ``git bisect run`` reads 125 as "skip this commit".
+EXIT_UNDECIDED = 6
+
+
+def exit_status(
+    verdicts: Iterable[Verdict], *, undecided: str = "warn", fail_inconclusive: bool = False
+) -> int:
+    """1 when any point failed, was invalid or had no baseline; an inconclusive one by
+    ``undecided``: "warn" 0, "fail" 1, "exit" ``EXIT_UNDECIDED`` (``fail_inconclusive`` is
+    the older spelling of "fail")."""
     if fail_inconclusive:
-        bad.add(Verdict.INCONCLUSIVE)
-    return 1 if any(v in bad for v in verdicts) else 0
+        undecided = "fail"
+    verdicts = list(verdicts)
+    if any(v in (Verdict.FAIL, Verdict.INVALID, Verdict.MISSING) for v in verdicts):
+        return 1
+    if Verdict.INCONCLUSIVE in verdicts:
+        return {"fail": 1, "exit": EXIT_UNDECIDED}.get(undecided, 0)
+    return 0

@@ -129,6 +129,8 @@ def test_invalid_and_missing_points() -> None:
     assert exit_status([Verdict.PASS, Verdict.INCONCLUSIVE]) == 0
     assert exit_status([Verdict.PASS, Verdict.INCONCLUSIVE], fail_inconclusive=True) == 1
     assert exit_status([Verdict.PASS, Verdict.MISSING]) == 1
+    assert exit_status([Verdict.PASS, Verdict.INCONCLUSIVE], undecided="exit") == 6
+    assert exit_status([Verdict.FAIL, Verdict.INCONCLUSIVE], undecided="exit") == 1
 
 
 def test_repeats_are_pooled_and_invalid_repeats_dropped() -> None:

@@ -24,7 +24,7 @@ from pytest_llmperf.report.results_file import (
 from pytest_llmperf.run.compare_settings import compare_settings
 from pytest_llmperf.verdicts.baseline import BaselineStore, entry_from_levels, summarize
 from pytest_llmperf.verdicts.baseline_file import SWEEP_LEVEL, BaselineEntry, EntryKey
-from pytest_llmperf.verdicts.compare import Verdict
+from pytest_llmperf.verdicts.compare import EXIT_UNDECIDED, Verdict
 from pytest_llmperf.verdicts.crossover import CrossoverRule, crossover_why, judge_sweep_metric
 from pytest_llmperf.verdicts.gates import Gate
 
@@ -184,6 +184,27 @@ def test_compare_judges_all_samples(tmp_path: Path) -> None:
     assert p64.verdict == Verdict.INCONCLUSIVE
     assert verdicts.exit_status() == 0
     assert verdicts.exit_status(fail_inconclusive=True) == 1
+    assert verdicts.exit_status(undecided="fail") == 1
+    assert verdicts.exit_status(undecided="exit") == EXIT_UNDECIDED == 6
+
+
+def test_compare_undecided_flag_and_its_older_spelling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llmperf compare --undecided`` exits as the pytest run's setting does; the older
+    ``--fail-inconclusive`` still means "fail" and names the new flag."""
+    run = RunFile(hardware=HW, sweeps=[make_sweep("plain", PLAIN)])
+    _bless(tmp_path / "b", run)
+    noisy = run.model_copy(update={"sweeps": [_with_repeats(run.sweeps[0], 0.9)]})
+    save_run(noisy, tmp_path / "noisy.json")
+    base = ["compare", str(tmp_path / "noisy.json"), "--baselines", str(tmp_path / "b")]
+    assert main(base) == 0
+    assert "- plain: inconclusive at C=64" in capsys.readouterr().out  # what green means
+    assert main([*base, "--undecided", "fail"]) == 1
+    assert main([*base, "--undecided", "exit"]) == 6
+    capsys.readouterr()
+    assert main([*base, "--fail-inconclusive"]) == 1
+    assert "--fail-inconclusive is deprecated; use --undecided fail" in capsys.readouterr().err
 
 
 SUITE = """

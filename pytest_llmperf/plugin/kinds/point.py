@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_llmperf.plugin.checks import call, enact
+from pytest_llmperf.plugin.checks import call, enact, policy
 from pytest_llmperf.plugin.kinds.base import (
     Collect,
     Entry,
@@ -70,7 +70,7 @@ class PointCheck(checks.PointCheck):
     def check(self) -> None:
         """Fail when a gated metric regressed beyond tolerance and beyond noise."""
         __tracebackhide__ = True
-        enact(call(self.judge))
+        enact(call(self.judge), policy(self))
 
     assert_baseline = check  # the older name, kept as an alias
 

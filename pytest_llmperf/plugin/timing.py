@@ -1,0 +1,84 @@
+"""The session's time to a verdict: the header's prediction, the summary's actuals.
+
+The prediction is made once, before the first launch (``run/plan_time.plan`` over the baselines'
+recorded start-up times and throughputs and the settings that bound launches); the actuals are
+what each ``PerfRun`` spent (shipped from xdist workers), printed against the prediction and
+kept in results.json (``took``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pytest_llmperf.run.plan_time import launch_budget, plan
+
+if TYPE_CHECKING:
+    from pytest_llmperf.base.results import Workload
+    from pytest_llmperf.plugin.session import LLMPerfSession
+    from pytest_llmperf.report.judgement import Took
+    from pytest_llmperf.run.perfrun import PerfRun
+    from pytest_llmperf.run.suite import Suite
+
+_WHERE = "the command line, environment, ini or [sweep]"
+
+
+def plan_lines(
+    llm: LLMPerfSession, suite: Suite, run: PerfRun, levels: Any, workload: Workload
+) -> list[str]:
+    """``llmperf: plan: 2 servers × 1-9 launches, about 1.2-6.5 min (...)``."""
+
+    def get(name: str) -> Any:
+        return llm.effective(suite, {}, name, _WHERE)
+
+    update = bool(llm.settings["update"])
+    samples = max(get("repeat"), get("baseline_repeat")) if update else get("repeat")
+
+    def budget(n_levels: int) -> tuple[int, int]:
+        return launch_budget(
+            n_levels,
+            repeat=get("repeat"),
+            max_reruns=get("max_reruns"),
+            update=update,
+            baseline_repeat=get("baseline_repeat"),
+            adjust=get("adjust"),
+        )
+
+    configs = []
+    for cfg in suite.servers:
+        try:
+            configs.append(
+                (cfg.name, run.hardware_for(cfg.name), run.mode_for(cfg.name) != "attached")
+            )
+        except Exception:  # the header already said why this server cannot be used
+            continue
+    llm.plan = plan(configs, llm.store, workload, levels, budget, get("max_reruns"), samples)
+    return [f"llmperf: {llm.plan.line()}"]
+
+
+def took(llm: LLMPerfSession) -> dict[str, Took]:
+    """Per config: its launches and the seconds spent launching and measuring it."""
+    from pytest_llmperf.report.judgement import Took
+
+    return {
+        c: Took(launches=len(s.launch_ids), seconds=round(s.seconds, 1))
+        for c, s in sorted(llm.spent.items())
+    }
+
+
+def took_lines(llm: LLMPerfSession) -> list[str]:
+    """``took: 3 launches, 6.2 min (predicted 4-9 min); plain 2 launches 4.1 min, ...``."""
+    got = took(llm)
+    if not got:
+        return []
+    launches = sum(t.launches for t in got.values())
+    minutes = sum(t.seconds for t in got.values()) / 60
+    line = f"took: {launches} launch{'es' if launches != 1 else ''}, {minutes:.1f} min"
+    if llm.plan is not None:
+        lo, hi = (s / 60 for s in llm.plan.seconds)
+        line += f" (predicted {lo:.1f}-{hi:.1f} min)"
+    if len(got) > 1:
+        line += "; " + ", ".join(
+            f"{c} {t.launches} launch{'es' if t.launches != 1 else ''} {t.seconds / 60:.1f} min"
+            for c, t in got.items()
+        )
+    return [line]

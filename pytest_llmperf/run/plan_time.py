@@ -1,0 +1,173 @@
+"""Time to a verdict: the launches and minutes a suite may take, said before the first launch,
+and what it took, recorded as it goes.
+
+The prediction reads what the baselines recorded (each launched server's ``startup_s``, each
+level's throughput, from which its duration follows) and the settings that bound the launches
+(``launch_budget``: the first sample of each point, the further samples of ``repeat`` or
+``baseline_repeat``, and up to ``max_reruns`` fresh launches per point). ``PerfRun`` adds every
+measurement's wall time and launch to ``spent``, which results.json keeps per config.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pytest_llmperf.base.results import Workload
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, BaselineFileError, EntryKey
+
+__all__ = [
+    "DEFAULT_STARTUP_S",
+    "ConfigSpent",
+    "Plan",
+    "launch_budget",
+    "plan",
+    "record_spent",
+]
+
+# What a start-up is assumed to cost when no baseline recorded one (a small model's SGLang
+# start on a warm page cache; a large one takes minutes, and the line says it was assumed).
+DEFAULT_STARTUP_S = 60.0
+
+
+def launch_budget(
+    n_levels: int,
+    *,
+    repeat: int = 1,
+    max_reruns: int = 2,
+    update: bool = False,
+    baseline_repeat: int = 3,
+    adjust: str = "none",
+) -> tuple[int, int]:
+    """(fewest, most) launches one launched server may take for its point checks.
+
+    The first launch measures every level once; each further sample of a point is a fresh
+    launch (with ``adjust = "launch"`` one launch measures the whole sweep), and each re-run of
+    an inconclusive or failing point is one more."""
+    n = max(repeat, baseline_repeat) if update else repeat
+    fewest = n if adjust == "launch" else 1 + n_levels * (n - 1)
+    return fewest, fewest + n_levels * max_reruns
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The prediction the header prints."""
+
+    launched: int  # servers this session launches (attached ones are never launched)
+    attached: int
+    launches: tuple[int, int]  # per launched server
+    seconds: tuple[float, float]
+    startup_s: float | None  # recorded mean, None: DEFAULT_STARTUP_S assumed
+    levels: Sequence[int]
+    measured: bool  # every level's duration follows from a recorded throughput
+    max_reruns: int
+
+    def line(self) -> str:
+        lo, hi = self.launches
+        servers = f"{self.launched} server{'s' if self.launched != 1 else ''}"
+        launches = f"{lo} launch{'es' if lo != 1 else ''}" if lo == hi else f"{lo}-{hi} launches"
+        head = f"plan: {servers} × {launches}"
+        if self.attached:
+            head += f" (+{self.attached} attached, never launched)"
+        start = (
+            f"start-up {self.startup_s:.0f} s recorded in baselines"
+            if self.startup_s is not None
+            else f"no start-up time recorded, {DEFAULT_STARTUP_S:.0f} s assumed"
+        )
+        measured = (
+            "each level's duration from its recorded throughput"
+            if self.measured
+            else "measuring time not recorded (start-ups only)"
+        )
+        levels = ",".join(map(str, self.levels))
+        return (
+            f"{head}, about {_minutes(self.seconds[0])}-{_minutes(self.seconds[1])} min "
+            f"({start}; levels {levels}, {measured}; up to {self.max_reruns} re-run"
+            f"{'s' if self.max_reruns != 1 else ''} a point)"
+        )
+
+
+def _minutes(seconds: float) -> str:
+    m = seconds / 60
+    return f"{m:.1f}" if m < 10 else f"{m:.0f}"
+
+
+def _entries(store: BaselineStore, hardware: str, config: str) -> list[BaselineEntry]:
+    try:
+        f = store.file(hardware, config)
+    except BaselineFileError:
+        return []  # reported where a test reads it
+    return [] if f is None else [e for levels in f.workloads.values() for e in levels.values()]
+
+
+def plan(
+    configs: Iterable[tuple[str, str, bool]],
+    store: BaselineStore,
+    workload: Workload,
+    levels: Sequence[int],
+    budget: Callable[[int], tuple[int, int]],
+    max_reruns: int,
+    samples: int = 1,
+) -> Plan:
+    """The prediction for ``configs`` (name, hardware key, launched?): ``budget(n_levels)``
+    gives each launched server's (fewest, most) launches (``launch_budget``); each level is
+    measured ``samples`` times, and up to ``max_reruns`` more."""
+    startups: list[float] = []
+    lo_s = hi_s = 0.0
+    launched = attached = 0
+    measured = True
+    fewest, most = budget(len(levels))
+    for name, hardware, is_launched in configs:
+        entries = _entries(store, hardware, name)
+        if is_launched:
+            launched += 1
+            startups += [e.metrics["startup_s"].mean for e in entries if "startup_s" in e.metrics]
+        else:
+            attached += 1
+        sweep = 0.0
+        wl = workload.key()
+        for c in levels:
+            try:
+                entry = store.get(EntryKey(hardware, name, wl, c), mark_used=False)
+            except BaselineFileError:
+                entry = None
+            tput = entry.metrics.get("output_throughput") if entry is not None else None
+            if tput is None or not tput.mean:
+                measured = False
+                continue
+            sweep += workload.requests_sent(c) * workload.output_len / tput.mean
+        lo_s += sweep * samples
+        hi_s += sweep * (samples + max_reruns)
+    startup = statistics.fmean(startups) if startups else None
+    each = startup if startup is not None else DEFAULT_STARTUP_S
+    lo_s += launched * fewest * each
+    hi_s += launched * most * each
+    return Plan(
+        launched,
+        attached,
+        (fewest, most) if launched else (0, 0),
+        (lo_s, max(hi_s, lo_s)),
+        startup,
+        tuple(levels),
+        measured,
+        max_reruns,
+    )
+
+
+@dataclass
+class ConfigSpent:
+    """One config's launches (their ids) and the seconds spent launching and measuring it."""
+
+    launch_ids: set[str] = field(default_factory=set)
+    seconds: float = 0.0
+
+
+def record_spent(
+    spent: dict[str, ConfigSpent], config: str, launch: str | None, seconds: float
+) -> None:
+    got = spent.setdefault(config, ConfigSpent())
+    got.seconds += seconds
+    if launch is not None:
+        got.launch_ids.add(launch)

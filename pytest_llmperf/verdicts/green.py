@@ -1,0 +1,82 @@
+"""What a point's verdict means: the largest regression the run could have missed.
+
+A pass says "nothing changed beyond tolerance", but only as far as the measurement can see: on
+a noisy box with few launches a 20 % drop passes as often as not. So every point says, per
+gated metric, the regression it catches with 95 % probability (``Decision.mde``: tolerance +
+(z + 1.645)·se, from the samples and the noise the comparison used); for a pass that is the
+largest regression it could have missed, for an inconclusive point the smallest it could have
+caught. The sentence goes to the summary, the step summary, ``results.json`` and JUnit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pytest_llmperf.verdicts.compare import MetricComparison, PointComparison
+from pytest_llmperf.verdicts.verdict import Verdict
+
+__all__ = ["green_means", "launches", "missable"]
+
+
+def _pct(x: float) -> str:
+    v = 100 * x
+    return f"{v:.0f} %" if abs(v) >= 10 else f"{v:.1f} %"
+
+
+def _judged(point: PointComparison) -> list[MetricComparison]:
+    return [
+        m
+        for m in point.metrics
+        if m.verdict != Verdict.MISSING
+        and m.decision.mde is not None
+        and math.isfinite(m.decision.mde)
+    ]
+
+
+def missable(point: PointComparison) -> dict[str, float]:
+    """Per gated metric, the relative regression this comparison catches 95 % of the time."""
+    return {m.metric: float(m.decision.mde) for m in _judged(point) if m.decision.mde is not None}
+
+
+def launches(point: PointComparison) -> int:
+    """Independent launches the current side of the point's decisions rested on."""
+    return max((m.decision.n_launches_current or m.n_current for m in _judged(point)), default=0)
+
+
+def _metric_mde(m: MetricComparison) -> str:
+    assert m.decision.mde is not None
+    return f"{_pct(m.decision.mde)} in {m.metric}" + (" (launch-adjusted)" if m.adjusted else "")
+
+
+def green_means(point: PointComparison) -> str:
+    """One sentence: "pass: no regression larger than 18 % in output_throughput at C=64 (n=3
+    launches)"; "inconclusive at C=64 (...): the change (...) is within the noise; this run
+    could only have caught a regression larger than 24 % in ..."; or what a fail, invalid,
+    missing or recorded point is."""
+    where = f"at C={point.concurrency}"
+    k = launches(point)
+    n = f" (n={k} launch{'es' if k != 1 else ''})" if k else ""
+    judged = _judged(point)
+    if point.verdict == Verdict.PASS:
+        if not judged:
+            return f"pass {where}: no metric was compared"
+        parts = ", ".join(_metric_mde(m) for m in judged)
+        return f"pass: no regression larger than {parts} {where}{n}"
+    if point.verdict == Verdict.INCONCLUSIVE:
+        open_ = [m for m in judged if m.verdict == Verdict.INCONCLUSIVE] or judged
+        changes = ", ".join(f"{m.metric} {100 * m.change:+.1f} %" for m in open_)
+        catch = ", ".join(_metric_mde(m) for m in open_)
+        return (
+            f"inconclusive {where}{n}: the change ({changes}) is within the noise; this run could "
+            f"only have caught a regression larger than {catch}"
+        )
+    if point.verdict == Verdict.FAIL:
+        bad = ", ".join(
+            f"{m.metric} {100 * m.change:+.1f} %" for m in judged if m.verdict == Verdict.FAIL
+        )
+        return f"fail {where}{n}: a regression beyond tolerance and noise ({bad})"
+    if point.verdict == Verdict.INVALID:
+        return f"invalid {where}: not a measurement of speed, no verdict"
+    if point.verdict == Verdict.MISSING:
+        return f"missing {where}: no baseline to compare with"
+    return f"recorded {where}: this run's samples are the baseline now"

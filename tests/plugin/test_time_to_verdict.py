@@ -1,0 +1,68 @@
+"""Time to a verdict: the header predicts the launches and minutes before the first launch (from
+the start-up times and throughputs the baselines recorded, and the re-run settings), and the
+summary and results.json say what the session took."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_llmperf.run.plan_time import launch_budget
+
+from .conftest import SWEEP_TEST, assert_no_servers_left, light, read_json, run
+
+TWO_LEVELS = """
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[sweep]
+levels = [1, 4]
+metrics = ["output_throughput"]
+"""
+
+PLAN = re.compile(
+    r"llmperf: plan: 1 server × (\d+)-(\d+) launches, about ([\d.]+)-([\d.]+) min \((.*?); "
+    r"levels 1,4, (.*?); up to 2 re-runs a point\)"
+)
+TOOK = re.compile(r"took: (\d+) launch(?:es)?, ([\d.]+) min \(predicted ([\d.]+)-([\d.]+) min\)")
+
+
+def test_launch_budget_follows_the_rerun_settings() -> None:
+    assert launch_budget(4, repeat=1, max_reruns=2) == (1, 9)
+    assert launch_budget(4, repeat=2, max_reruns=0) == (5, 5)  # each further sample relaunches
+    assert launch_budget(4, max_reruns=1, update=True, baseline_repeat=3) == (9, 13)
+    assert launch_budget(4, repeat=3, max_reruns=2, adjust="launch") == (3, 11)
+
+
+def test_the_header_predicts_and_the_summary_says_what_it_took(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makefile(".toml", llmperf=light(TWO_LEVELS))
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    first = run(pytester, "--llmperf-update")
+    first.assert_outcomes(passed=2)
+    (plan,) = [m for line in first.outlines if (m := PLAN.search(line))]
+    assert plan.group(5) == "no start-up time recorded, 60 s assumed"
+    assert plan.group(6) == "measuring time not recorded (start-ups only)"
+    assert (int(plan.group(1)), int(plan.group(2))) == (1, 5)
+    assert float(plan.group(3)) == 1.0  # one 60 s start-up
+
+    result = run(pytester)
+    result.assert_outcomes(passed=2)
+    (plan,) = [m for line in result.outlines if (m := PLAN.search(line))]
+    startup = re.fullmatch(r"start-up (\d+) s recorded in baselines", plan.group(5))
+    assert startup is not None
+    assert plan.group(6) == "each level's duration from its recorded throughput"
+    (took,) = [m for line in result.outlines if (m := TOOK.search(line))]
+    assert took.group(3, 4) == plan.group(3, 4)
+    data = read_json(pytester.path / "llmperf-results" / "results.json")
+    spent = data["took"]["plain"]
+    # the summary's numbers are the file's; a session of this suite launches 1 to 5 times
+    assert int(took.group(1)) == spent["launches"]
+    assert 1 <= spent["launches"] <= 5
+    assert spent["seconds"] > 0
+    assert float(took.group(2)) == pytest.approx(spent["seconds"] / 60, abs=0.06)
+    assert_no_servers_left(pytester.path)
