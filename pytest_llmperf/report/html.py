@@ -22,9 +22,10 @@ from pytest_llmperf.report.plots import Bands, PlotsUnavailable
 from pytest_llmperf.report.tables import LEVEL_HEADERS, gate_table, level_rows, redact
 from pytest_llmperf.verdicts.compare import PointComparison
 from pytest_llmperf.verdicts.gates import GateResult
+from pytest_llmperf.verdicts.green import green_means, missable
 from pytest_llmperf.verdicts.verdict import Verdict
 
-__all__ = ["ReportData", "TrendSeries", "failure_sentences", "green_means", "render_html"]
+__all__ = ["ReportData", "TrendSeries", "failure_sentences", "green_line", "render_html"]
 
 PLOTS_HINT = "the plots need matplotlib: pip install 'pytest-llmperf[plots]'"
 
@@ -71,38 +72,17 @@ def failure_sentences(data: ReportData) -> list[str]:
     return [redact(m) for m in dict.fromkeys(out)]
 
 
-def green_means(p: PointComparison) -> str:
-    """What this point's verdict rules out, in the words a reader can act on."""
-    where = f"C={p.concurrency}"
-    if p.verdict == Verdict.INVALID:
-        return f"{where}: invalid measurement, not judged: no colour applies"
-    if p.verdict == Verdict.MISSING:
-        return f"{where}: no baseline, nothing judged (record one with --llmperf-update)"
-    judged = [m for m in p.metrics if m.decision.mde is not None and m.verdict != Verdict.MISSING]
-    if not judged:
+def green_line(p: PointComparison) -> str:
+    """The point's "what green means" sentence (``verdicts.green``, as the summary, JUnit and
+    results.json say it); a point read back from a results file without its baselines has no
+    noise to say it from, and says so."""
+    if p.verdict in (Verdict.PASS, Verdict.INCONCLUSIVE, Verdict.FAIL) and not missable(p):
         return (
-            f"{where}: verdict {p.verdict.value} as recorded; the noise it was judged with is "
-            "not recorded in this file, so the smallest regression it would catch is unknown "
+            f"{p.verdict.value} at C={p.concurrency}: the noise it was judged with is not "
+            "recorded in this file, so the smallest regression it would catch is unknown "
             "(re-judge with --baselines DIR)"
         )
-    parts = []
-    for m in judged:
-        d = m.decision
-        if not d.resolved:
-            parts.append(
-                f"{m.metric}: cannot be green, the noise margin {100 * d.margin:.1f} % exceeds "
-                f"the tolerance {100 * d.tolerance:.3g} %"
-            )
-            continue
-        noise = f"noise σ {100 * d.noise:.1f} %{' assumed' if d.noise_assumed else ''}"
-        parts.append(
-            f"{m.metric}: no regression larger than {100 * (d.mde or 0):.1f} % "
-            f"(tolerance {100 * d.tolerance:.3g} %, {noise}, n={d.n_current} vs "
-            f"baseline n={d.n_baseline})"
-        )
-    if p.verdict == Verdict.PASS:
-        return f"{where}: green means " + "; ".join(parts)
-    return f"{where} ({p.verdict.value}, not green): green would mean " + "; ".join(parts)
+    return green_means(p)
 
 
 _CSS = """
@@ -225,7 +205,7 @@ def _green(data: ReportData) -> str:
             continue
         any_point = True
         out.append(f"<h3>{_e(sweep.config)} ({_e(sweep.workload.key())})</h3><ul>")
-        out.extend(f"<li>{_e(green_means(p))}</li>" for p in own)
+        out.extend(f"<li>{_e(green_line(p))}</li>" for p in own)
         out.append("</ul>")
     if not any_point:
         out.append("<p>no point was judged, so no verdict says anything here</p>")

@@ -141,7 +141,7 @@ def test_every_text_is_escaped_and_redacted() -> None:
     page = render_html(ReportData([sweep], {"plain": [p]}, problems=["<b>x</b>"]))
     assert "<script>alert" not in page and "<img src=x>" not in page and "<b>x" not in page
     assert "sk-secret" not in page and "abcdefabcdef" not in page
-    assert "&lt;script&gt;" in page and "invalid measurement, not judged" in page
+    assert "&lt;script&gt;" in page and "invalid at C=1: not a measurement of speed" in page
 
 
 def test_trends_and_change_points_are_drawn() -> None:
@@ -154,7 +154,7 @@ def test_trends_and_change_points_are_drawn() -> None:
 
 
 def test_green_means_from_the_decision() -> None:
-    from pytest_llmperf.report.html import green_means
+    from pytest_llmperf.report.html import green_line
     from pytest_llmperf.verdicts.baseline import summarize
     from pytest_llmperf.verdicts.baseline_file import BaselineEntry
     from pytest_llmperf.verdicts.compare import compare_point
@@ -164,8 +164,9 @@ def test_green_means_from_the_decision() -> None:
     p = compare_point("plain", sweep.levels[0], entry, workload=sweep.workload)
     m = p.metric("output_throughput")
     assert p.verdict == Verdict.PASS and m is not None and m.decision.mde is not None
-    line = green_means(p)
-    assert line.startswith("C=64: green means output_throughput: no regression larger than ")
-    assert f"{100 * m.decision.mde:.1f} %" in line and "assumed" in line
+    line = green_line(p)
+    assert line.startswith("pass: no regression larger than ")
+    assert line.endswith(" in output_throughput at C=64 (n=1 launch)")
+    assert f"{100 * m.decision.mde:.0f} %" in line
     recorded = PointComparison("plain", 64, sweep.workload.key(), Verdict.PASS)
-    assert "not recorded in this file" in green_means(recorded)
+    assert "not recorded in this file" in green_line(recorded)
