@@ -32,6 +32,10 @@ class RunOptions:
     # "rerun": restart a launched/simulated server before a sample that must be independent
     # of the current launch's speed (``measure(fresh_launch=True)``); "never": reuse it.
     relaunch: str = "never"
+    # GPU telemetry (launch/telemetry.py): "nvml" or "off", the sampling period, NVML's module
+    gpu_telemetry: str = "nvml"
+    gpu_telemetry_interval: float = 0.2
+    nvml_module: str = "pynvml"
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any], slo: Slo | None = None) -> RunOptions:
@@ -50,6 +54,9 @@ class RunOptions:
             client_processes=int(s["client_processes"]),
             slo=slo,
             relaunch=s["relaunch"],
+            gpu_telemetry=s["gpu_telemetry"],
+            gpu_telemetry_interval=float(s["gpu_telemetry_interval"]),
+            nvml_module=s["nvml_module"],
         )
 
     @classmethod
