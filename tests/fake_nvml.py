@@ -5,14 +5,16 @@ from the JSON in ``FAKE_NVML`` (an environment variable, so a pytester subproces
 same script)::
 
     {"gpus": 1, "name": "NVIDIA H200", "sm": 1980, "sm_throttled": 1410,
-     "reason": "SwPowerCap", "throttle_calls": [1, 3], "missing": false}
+     "reason": "SwPowerCap", "throttle_calls": [1, 3], "missing": false,
+     "sm_by_gpu": {"1": 1500}}
 
 ``throttle_calls``: the clock-reason reads (counted from 1 over the process, all GPUs
 together) that report ``reason``; ``"always"`` throttles every read, absent none. The clock
-read right after a throttled reason read is ``sm_throttled``. ``missing``: ``nvmlInit`` fails
-as it does where the NVML library is absent. Point the plugin at it with
-``LLMPERF_NVML_MODULE=fake_nvml`` (the ``nvml_module`` setting) after copying it where the run
-can import it.
+read right after a throttled reason read is ``sm_throttled``. ``sm_by_gpu``: a GPU that runs
+at a lower clock with no reason reported (application clocks set lower, a different board).
+``missing``: ``nvmlInit`` fails as it does where the NVML library is absent. Point the plugin
+at it with ``LLMPERF_NVML_MODULE=fake_nvml`` (the ``nvml_module`` setting) after copying it
+where the run can import it.
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ def nvmlDeviceGetClockInfo(handle: int, kind: int) -> int:
     s = _script()
     if kind == NVML_CLOCK_MEM:
         return 3201
-    return int(s.get("sm_throttled", 1410) if STATE["throttled"] else s.get("sm", 1980))
+    if STATE["throttled"]:
+        return int(s.get("sm_throttled", 1410))
+    return int(s.get("sm_by_gpu", {}).get(str(handle), s.get("sm", 1980)))
 
 
 def nvmlDeviceGetMaxClockInfo(handle: int, kind: int) -> int:

@@ -102,3 +102,39 @@ def test_without_nvml_the_header_says_why_and_the_run_goes_on(gpu_suite, monkeyp
     )  # fmt: skip
     (sample,) = _samples(gpu_suite, 4)
     assert sample["gpu"] is None
+
+
+GATE_SUITE = """
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[[server]]
+name = "wide"
+model = "sim/qwen-moe"
+args = []
+gpus = 2
+
+[sweep]
+levels = [4]
+
+[[gate]]
+name = "wide-wins-big"
+config = "wide"
+reference = "plain"
+factor = 10.0
+"""
+
+
+def test_a_gate_between_sides_at_different_clocks_says_so(gpu_suite, monkeypatch):
+    # "wide" runs on GPUs 0 and 1; GPU 1 is at 1,500 MHz with no throttle reason
+    monkeypatch.setenv("FAKE_NVML", json.dumps({"gpus": 2, "sm_by_gpu": {"1": 1500}}))
+    gpu_suite.makefile(".toml", llmperf=GATE_SUITE)
+    gpu_suite.makepyfile(test_perf="def test_gate(llmperf_gate):\n    llmperf_gate.check()\n")
+    result = run(gpu_suite)
+    result.assert_outcomes(failed=1)  # 10x is not met: the sentence is printed
+    result.stdout.fnmatch_lines(
+        ["*the two sides ran at different GPU clocks (median SM clock wide 1,500 MHz vs plain "
+         "1,980 MHz, 24 % apart): part of the difference may be the GPUs'*"]
+    )  # fmt: skip
