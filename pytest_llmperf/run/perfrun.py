@@ -167,7 +167,10 @@ class PerfRun:
 
     def gpus_sampled(self, config: str) -> list[str]:
         """NVML indices of the GPUs ``config``'s server uses (its plan through
-        ``CUDA_VISIBLE_DEVICES``; a simulated or attached one: those it would be given)."""
+        ``CUDA_VISIBLE_DEVICES``; an attached one: the first it would be given). The simulator
+        uses no GPU: what one does beside it says nothing about its levels."""
+        if self.mode_for(config) == "simulated":
+            return []
         plan = self.gpu_plan(config)
         return nvml_indices(plan.ids, plan.need.count, self.env or os.environ)
 

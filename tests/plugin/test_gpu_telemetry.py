@@ -1,5 +1,6 @@
 """GPU telemetry through the whole plugin, with a scripted NVML stand-in (tests/fake_nvml.py).
 
+The server is the simulator launched as a ``command`` (a launched server: its GPUs are sampled).
 No GPU is needed: the stand-in takes pynvml's place through the ``nvml_module`` setting
 (``LLMPERF_NVML_MODULE``) and reports what its ``FAKE_NVML`` script says (a SW power cap on
 the first clock-reason reads, or on all). Everything else is real: the simulated server, the
@@ -9,6 +10,7 @@ sampler thread, the re-measurement, the verdict, results.json and the baseline f
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +20,17 @@ from .conftest import run as _run
 
 FAKE = Path(__file__).parent.parent / "fake_nvml.py"
 
-SUITE = """
+# The simulator launched as a ``command`` server: a launched server whose GPUs are sampled (a
+# simulated one uses none, so none is).
+SIM = [sys.executable, "-m", "pytest_llmperf.sim", "--model-path", "{model}", "--host", "{host}",
+       "--port", "{port}", "--sim-time-scale", "5"]  # fmt: skip
+COMMAND = "command = [" + ", ".join(f'"{part}"' for part in SIM) + "]"
+
+SUITE = f"""
 [[server]]
 name = "plain"
 model = "sim/qwen-moe"
-args = []
+{COMMAND}
 
 [sweep]
 levels = [4]
@@ -30,7 +38,7 @@ levels = [4]
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return _run(pytester, *LIGHT, *args)
+    return _run(pytester, *args)
 
 
 @pytest.fixture
@@ -104,16 +112,16 @@ def test_without_nvml_the_header_says_why_and_the_run_goes_on(gpu_suite, monkeyp
     assert sample["gpu"] is None
 
 
-GATE_SUITE = """
+GATE_SUITE = f"""
 [[server]]
 name = "plain"
 model = "sim/qwen-moe"
-args = []
+{COMMAND}
 
 [[server]]
 name = "wide"
 model = "sim/qwen-moe"
-args = []
+{COMMAND}
 gpus = 2
 
 [sweep]
@@ -138,3 +146,12 @@ def test_a_gate_between_sides_at_different_clocks_says_so(gpu_suite, monkeypatch
         ["*the two sides ran at different GPU clocks (median SM clock wide 1,500 MHz vs plain "
          "1,980 MHz, 24 % apart): part of the difference may be the GPUs'*"]
     )  # fmt: skip
+
+
+def test_a_simulated_server_uses_no_gpu_so_none_is_sampled(gpu_suite, monkeypatch):
+    monkeypatch.setenv("FAKE_NVML", json.dumps({"throttle_calls": "always"}))
+    gpu_suite.makefile(".toml", llmperf=SUITE.replace(COMMAND, "args = []"))
+    result = run(gpu_suite, "--llmperf-update", *LIGHT)
+    result.assert_outcomes(passed=1)  # the GPU beside it throttles: not the simulator's doing
+    (sample,) = _samples(gpu_suite, 4)
+    assert sample["gpu"] is None
