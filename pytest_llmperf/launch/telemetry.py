@@ -132,7 +132,10 @@ class NvmlTelemetry:
 
     @property
     def header(self) -> str:
-        gpus = "; ".join(self.describe()) or "no GPU"
+        try:
+            gpus = "; ".join(self.describe()) or "no GPU"
+        except Exception as exc:  # a GPU that cannot say its clocks must not stop the session
+            gpus = f"GPUs not described ({type(exc).__name__}: {exc})"
         return f"GPU telemetry: NVML, driver {self.driver}, every {self.interval_s:g} s: {gpus}"
 
     def start(self, gpus: Sequence[str]) -> Sampler | None:
@@ -149,7 +152,7 @@ class NvmlTelemetry:
                 self._max_sm[gpu] = _maybe(
                     lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)
                 )
-            mask = int(self._reason_fn(h))
+            mask = int(self._reasons(h))
             mem = _maybe(lambda: nv.nvmlDeviceGetMemoryInfo(h))
             util = _maybe(lambda: nv.nvmlDeviceGetUtilizationRates(h))
             power = _maybe(lambda: nv.nvmlDeviceGetPowerUsage(h))  # milliwatts
@@ -165,6 +168,18 @@ class NvmlTelemetry:
                 memory_used_mib=None if mem is None else mem.used / 2**20,
                 util_percent=None if util is None else float(util.gpu),
             )
+
+    def _reasons(self, h: Any) -> int:
+        """The clock-event reason mask; a driver older than the binding's name for it lacks
+        that function (NVMLError_FunctionNotFound): the older name then, from now on."""
+        try:
+            return int(self._reason_fn(h))
+        except Exception as exc:
+            older = getattr(self.nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            if "FunctionNotFound" not in type(exc).__name__ or older in (None, self._reason_fn):
+                raise
+            self._reason_fn = older
+            return int(older(h))
 
     def static(self, gpu: str) -> tuple[str, float | None, float | None]:
         """Name, maximum SM clock and enforced power limit (W) of one GPU."""
@@ -225,7 +240,11 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout=10 * self.source.interval_s + 5)
         self._take()  # and one at the end
-        statics = [self.source.static(g) for g in self.gpus]
+        try:
+            statics = [self.source.static(g) for g in self.gpus]
+        except Exception as exc:  # the level's samples stand without names and limits
+            statics = [(g, None, None) for g in self.gpus]
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
         return summarize(self.samples, self.gpus, statics, self.source.interval_s, self.error)
 
 
