@@ -298,6 +298,15 @@ def _own_flags_after_launch(args: argparse.Namespace) -> list[str]:
     return [a for a in args.launch if a.partition("=")[0] in args.own_flags]
 
 
+def _telemetry_header() -> str:
+    """The GPUs, driver and clocks (NVML), or why not; levels of ``llmperf sweep`` are not
+    sampled (the plugin's are, ``PerfRun.measure``)."""
+    from pytest_llmperf.launch.telemetry import open_telemetry
+
+    module = os.environ.get("LLMPERF_NVML_MODULE", "pynvml")
+    return open_telemetry("nvml", module, 0.2).header
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     misplaced = _own_flags_after_launch(args)
     if misplaced:
@@ -357,6 +366,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"max_running_requests={server.max_running_requests}"
     )
     print(f"workload: {workload.key()}  seed={workload.seed}")
+    print(_telemetry_header())
     print(format_table(result))
     if args.json:
         _write_json(args.json, result)

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from pytest_llmperf.base.gpu_stats import GpuTelemetry
 from pytest_llmperf.base.values import (
     DEFAULT_IDLE_TIMEOUT_S,
     optional,
@@ -357,6 +358,8 @@ class LevelResult(_Model):
     steady: SteadyState | None = None
     within_se: dict[str, float] = Field(default_factory=dict)
     launch: str | None = None
+    # What the server's GPUs did during the level (NVML; None: telemetry off or no GPU).
+    gpu: GpuTelemetry | None = None
 
     def judged_value(self, name: str) -> float | None:
         """The value verdicts judge: the steady-state window's where there is one, else

@@ -55,6 +55,7 @@ def header_lines(llm: LLMPerfSession, config: pytest.Config) -> list[str] | None
         workers = getattr(config.option, "numprocesses", None)
         workers = workers if isinstance(workers, int) and workers > 0 else None
         lines.append(f"llmperf:   {run.gpu_text(cfg.name, workers)}")
+    lines.append(f"llmperf: {run.telemetry.header}")
     if any(run.mode_for(c.name) == "simulated" for c in suite.servers if not s["require_real"]):
         lines.append(
             "llmperf: NOTE: SGLang is not in use; the numbers come from the SIMULATED server "

@@ -1,7 +1,9 @@
 """A/B results: the ``ab.json`` file next to ``results.json``, and its tables.
 
-One row per (A/B, level): rounds, both servers' mean, the paired change with its CI, and
-the verdict; the Markdown table goes to ``$GITHUB_STEP_SUMMARY`` like the run's other tables.
+One row per (A/B, level): rounds, both servers' mean, the paired change with its CI, the A/A
+band (the same rounds split, each server against itself: what "no change" looks like on this
+runner) and the verdict; the Markdown table goes to ``$GITHUB_STEP_SUMMARY`` like the run's
+other tables.
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ class ABPoint(BaseModel):
     adjust: str
     verdict: Verdict
     message: str
+    # The A/A band: the same rounds split, each server against itself (verdicts/paired.aa_band):
+    # the interval of a change that is no change, and how many self-pairs it rests on.
+    aa_low: float | None = None
+    aa_high: float | None = None
+    aa_pairs: int = 0
 
     _verdict = field_validator("verdict", mode="before")(parse_verdict)
 
@@ -75,6 +82,12 @@ def _mean(values: Sequence[float | None]) -> str:
     return f"{statistics.fmean(valid):.1f}" if valid else "-"
 
 
+def _band(p: ABPoint) -> str:
+    if p.aa_low is None or p.aa_high is None:
+        return "-"
+    return f"{_pct(p.aa_low)} \u2026 {_pct(p.aa_high)} ({p.aa_pairs} pairs)"
+
+
 def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
     rows = []
     for p in sorted(points, key=lambda p: (p.ab, p.concurrency)):
@@ -87,6 +100,7 @@ def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
                 _mean(p.candidate_values),
                 _pct(p.change),
                 f"{_pct(p.ci_low)} \u2026 {_pct(p.ci_high)}",
+                _band(p),
                 f"{p.verdict}{' (launch-adjusted)' if p.adjust == 'launch' else ''}",
             ]
         )
@@ -99,7 +113,7 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
         return ""
     metric = points[0].metric if len({p.metric for p in points}) == 1 else "metric"
     headers = ["ab", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
-    headers += ["change", f"{points[0].confidence * 100:g} % CI", "verdict"]
+    headers += ["change", f"{points[0].confidence * 100:g} % CI", "A/A band", "verdict"]
     return tabulate(ab_rows(points), headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 

@@ -21,14 +21,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pytest_llmperf.base.errors import LLMPerfError
+from pytest_llmperf.base.gpu_stats import GpuTelemetry, clock_note
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import ABSpec
-from pytest_llmperf.verdicts.paired import PairedResult, judge_paired, remove_launch_factor
+from pytest_llmperf.verdicts.paired import (
+    PairedResult,
+    aa_band,
+    judge_paired,
+    remove_launch_factor,
+)
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -64,6 +71,8 @@ class ABRun:
     values: dict[str, dict[int, list[float]]] = field(default_factory=dict)
     # (config, C) -> "round r: reasons" for each round whose level stayed invalid
     invalid: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    # config -> C -> the GPU telemetry of each valid measurement (clocks of the two sides)
+    gpu: dict[str, dict[int, list[GpuTelemetry | None]]] = field(default_factory=dict)
     orders: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
     measured: bool = False
@@ -98,6 +107,7 @@ class ABRun:
             level = self.run.measure(config, self.workload, c, keep=False)
             reasons = check_level(level, self.workload, self.policy)
             if not reasons:
+                self.gpu.setdefault(config, {}).setdefault(c, []).append(level.gpu)
                 return metric_of(level, self.spec.metric, where)
         self.invalid.setdefault((config, c), []).append(f"round {r + 1}: " + "; ".join(reasons))
         return math.nan
@@ -130,6 +140,10 @@ class ABRun:
             confidence=spec.confidence,
             adjusted=spec.adjust == "launch",
         )
+        sides = (spec.reference, spec.candidate)
+        note = clock_note({n: self.gpu.get(n, {}).get(concurrency, []) for n in sides})
+        if note:
+            res = replace(res, message=f"{res.message}; {note}")
         left_out = len(ratios) - len(d)
         if not left_out:
             return res
@@ -175,7 +189,17 @@ def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
         adjust=ab.spec.adjust,
         verdict=result.verdict,
         message=result.message,
+        **_aa(ab, c, result.confidence),
     )
+
+
+def _aa(ab: ABRun, c: int, confidence: float) -> dict[str, Any]:
+    """The A/A band of level ``c`` from the same rounds (each side against itself)."""
+    band = aa_band([ab.values[n][c] for n in (ab.spec.reference, ab.spec.candidate)], confidence)
+    if band is None:
+        return {}
+    lo, hi, pairs = band
+    return {"aa_low": lo, "aa_high": hi, "aa_pairs": pairs}
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""A machine too busy to measure: re-measure such a level, and if it stays starved, say so once.
+"""A machine too busy to measure, or a GPU that throttled: re-measure such a level, and if it
+stays so, say so.
 
 A level whose load generator lagged while it was itself nearly idle
 (``validity.starved_by_machine``) was starved by other processes: its numbers describe the
@@ -9,6 +10,12 @@ stays starved, its tests end undecided (skipped, with a short reason) and the se
 once, in the summary, how many points, how busy the machine was and what to do. Whether that
 also makes the exit status non-zero is the ``invalid`` setting's call (``fail``, the default:
 yes, so a CI job on an overloaded runner never goes green on points it did not measure).
+
+A level during which a GPU of the server throttled (thermal, power cap, HW slowdown: the level's
+``gpu`` telemetry) is re-measured the same way, within the same budget; if every sample
+throttled, the point is INVALID with the reason named ("the GPU throttled (SW power cap in
+40 % of samples, SM clock 1,410 vs 1,980 MHz) — not a code regression; re-measured 2
+times"), never passed and never recorded.
 """
 
 from __future__ import annotations
@@ -18,11 +25,13 @@ from dataclasses import dataclass
 
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.verdicts.validity import ValidityPolicy, starved_by_machine
+from pytest_llmperf.verdicts.validity import ValidityPolicy, starved_by_machine, throttled_by_gpu
 
 __all__ = [
     "BusyPoint",
     "all_starved",
+    "all_throttled",
+    "throttle_note",
     "busy_point",
     "settle",
     "skip_message",
@@ -56,6 +65,32 @@ def all_starved(
     return bool(samples) and all(starved_by_machine(s, workload, policy) for s in samples)
 
 
+def all_throttled(
+    samples: Sequence[LevelResult], workload: Workload | None, policy: ValidityPolicy | None
+) -> bool:
+    """No sample can be judged, and every one of them only because a GPU throttled (or the
+    machine was busy besides)."""
+    return bool(samples) and all(throttled_by_gpu(s, workload, policy) for s in samples)
+
+
+def _disturbed(
+    samples: Sequence[LevelResult], workload: Workload | None, policy: ValidityPolicy | None
+) -> bool:
+    """Every sample is invalid only for what the moment did (busy CPU, throttled GPU)."""
+    return bool(samples) and all(
+        starved_by_machine(s, workload, policy) or throttled_by_gpu(s, workload, policy)
+        for s in samples
+    )
+
+
+def throttle_note(samples: Sequence[LevelResult]) -> str:
+    """What an INVALID line of a point whose every sample throttled adds."""
+    again = len(samples) - 1
+    return " — not a code regression; " + (
+        f"re-measured {again} time{'s' if again != 1 else ''}" if again else "measured once"
+    )
+
+
 def settle(
     run: PerfRun,
     config: str,
@@ -70,7 +105,7 @@ def settle(
     the point's own check re-measures nothing more). Same launch: the launch was not at fault.
     """
     samples = run.samples(config, workload, concurrency)
-    while all_starved(samples, workload, policy) and len(samples) < wanted + max_reruns:
+    while _disturbed(samples, workload, policy) and len(samples) < wanted + max_reruns:
         try:
             run.measure(config, workload, concurrency)
         except PointError:

@@ -10,9 +10,10 @@ callbacks for what it collects (JUnit properties, comparisons), as pytest-benchm
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from pytest_llmperf.base.gpu_stats import clock_note
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
@@ -26,9 +27,11 @@ from pytest_llmperf.run.busy import (
     BusyPoint,
     OnBusy,
     all_starved,
+    all_throttled,
     busy_point,
     settle,
     skip_message,
+    throttle_note,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
@@ -267,6 +270,8 @@ class PointCheck:
             return _busy(self.on_busy, [busy_point(self.config, self.samples)])
         if pc.verdict == Verdict.INVALID:
             message = pc.message()
+            if all_throttled(self.samples, self.workload, self.policy):
+                message += throttle_note(self.samples)
             if self.on_invalid is not None:
                 self.on_invalid(message)
             if self.update or self.invalid_policy == "fail":
@@ -358,6 +363,13 @@ class GateCheck:
             noise=launch_noise(store, self.run, self.workload) if store else None,
             baseline=entry_lookup(store, self.run, self.workload) if store else None,
         )
+        note = clock_note(
+            {n: [lv.gpu for lv in sw.samples(self.concurrency)] for n, sw in sweeps.items()}
+        )
+        if note:
+            self.result.points = [
+                replace(p, message=f"{p.message}; {note}") for p in self.result.points
+            ]
         return self.result
 
     def judge(self) -> Outcome:

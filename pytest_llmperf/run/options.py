@@ -34,6 +34,10 @@ class RunOptions:
     relaunch: str = "never"
     # What a check left inconclusive does to its test: "warn" (passes), "fail" or "exit" (skip).
     undecided: str = "warn"
+    # GPU telemetry (launch/telemetry.py): "nvml" or "off", the sampling period, NVML's module
+    gpu_telemetry: str = "nvml"
+    gpu_telemetry_interval: float = 0.2
+    nvml_module: str = "pynvml"
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any], slo: Slo | None = None) -> RunOptions:
@@ -53,6 +57,9 @@ class RunOptions:
             slo=slo,
             relaunch=s["relaunch"],
             undecided=s.get("undecided", "warn"),
+            gpu_telemetry=s["gpu_telemetry"],
+            gpu_telemetry_interval=float(s["gpu_telemetry_interval"]),
+            nvml_module=s["nvml_module"],
         )
 
     @classmethod

@@ -8,6 +8,7 @@ asserting on one point cost one measurement. How it runs is one frozen ``RunOpti
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from pytest_llmperf.core.sweep import Progress, run_level
 from pytest_llmperf.launch import gpus
 from pytest_llmperf.launch.launcher import ServerHandle
 from pytest_llmperf.launch.server_config import ServerConfig
+from pytest_llmperf.launch.telemetry import Telemetry, nvml_indices, open_telemetry
 from pytest_llmperf.run.options import RunOptions, parse_url_map, sim_args_for
 from pytest_llmperf.run.plan_time import ConfigSpent, record_spent
 from pytest_llmperf.run.samples import SampleStore
@@ -71,6 +73,7 @@ class PerfRun:
     servers: ServerPool = field(init=False, repr=False)
     store: SampleStore = field(init=False, repr=False)
     spent: dict[str, ConfigSpent] = field(init=False, repr=False)  # launches and time
+    _telemetry: Telemetry | None = field(init=False, repr=False)
 
     def __init__(
         self,
@@ -97,6 +100,7 @@ class PerfRun:
         self.servers = ServerPool(suite, output_dir, options, self.env)
         self.store = SampleStore()
         self.spent = {}
+        self._telemetry = None
 
     # -- the servers (``ServerPool``) ------------------------------------------------------
     def url_for(self, config: str) -> str | None:
@@ -153,6 +157,25 @@ class PerfRun:
     def unmeasured(self) -> dict[str, str]:
         """Configs that could not be measured (server did not start, or died): why."""
         return self.servers.unmeasured()
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """GPU telemetry (NVML, or off with its reason), opened on first use."""
+        if self._telemetry is None:
+            o = self.options
+            self._telemetry = open_telemetry(
+                o.gpu_telemetry, o.nvml_module, o.gpu_telemetry_interval
+            )
+        return self._telemetry
+
+    def gpus_sampled(self, config: str) -> list[str]:
+        """NVML indices of the GPUs ``config``'s server uses (its plan through
+        ``CUDA_VISIBLE_DEVICES``; an attached one: the first it would be given). The simulator
+        uses no GPU: what one does beside it says nothing about its levels."""
+        if self.mode_for(config) == "simulated":
+            return []
+        plan = self.gpu_plan(config)
+        return nvml_indices(plan.ids, plan.need.count, self.env or os.environ)
 
     # -- measurements -----------------------------------------------------------------------
     def samples(self, config: str, workload: Workload, concurrency: int) -> list[LevelResult]:
@@ -211,6 +234,7 @@ class PerfRun:
             # Each measurement of a server takes fresh prompt ordinals (no request can hit a
             # prefix cache): those after every request sent to this config so far.
             sent = state.prompt_base + state.prompts_sent
+            sampler = self.telemetry.start(self.gpus_sampled(config))
             try:
                 level = run_level(
                     handle.url,
@@ -225,12 +249,16 @@ class PerfRun:
                     prompt_start=sent,  # llmperf-client
                     client_processes=self.options.client_processes,
                 )
+                if sampler is not None:
+                    level.gpu, sampler = sampler.stop(), None
                 if state.prompt_base:
                     level.notes.append(
                         f"prompts from ordinal {state.prompt_base}: the server cannot reset its "
                         "prefix cache, so this run sends prompts no earlier run sent"
                     )
             except Exception as exc:
+                if sampler is not None:
+                    sampler.stop()
                 code = handle.exit_code_within(EXIT_GRACE_S)
                 if code is not None:
                     state.error = self.servers.died_message(config, handle, code)

@@ -117,6 +117,9 @@ def recorded_entry(
         entry = entry.model_copy(update={"metrics": metrics})
     if old is not None and old.tolerance is not None:
         entry = entry.model_copy(update={"tolerance": old.tolerance})  # hand-set, keep it
+    gpu = next((s.gpu for s in samples if s.gpu is not None), None)
+    if gpu is not None:  # the clocks the entry was measured at: a later slower GPU shows
+        entry = entry.model_copy(update={"gpu": gpu})
     return entry
 
 

@@ -338,6 +338,20 @@ SETTINGS: tuple[Setting, ...] = (
         flag=True,
         sweep_flag="--scrape-metrics",
     ),
+    Setting(
+        "gpu_telemetry",
+        parse_choice("nvml", "off"),
+        "nvml",
+        "sample the server's GPUs through NVML during each level (clocks, throttle reasons, "
+        "power, temperature; a throttled level is re-measured): nvml (default) or off",
+    ),
+    Setting("gpu_telemetry_interval", parse_positive_float, 0.2, "seconds between GPU samples"),
+    Setting(
+        "nvml_module",
+        parse_str,
+        "pynvml",
+        "for tests: the module imported for NVML (default pynvml, from nvidia-ml-py)",
+    ),
     # Validity thresholds (verdicts/validity.py ValidityPolicy); defaults are its constants.
     Setting(
         "max_failed",

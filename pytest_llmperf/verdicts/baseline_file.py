@@ -34,6 +34,7 @@ from pydantic import (
 from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import LLMPerfError
+from pytest_llmperf.base.gpu_stats import GpuTelemetry
 from pytest_llmperf.base.metric_defs import METRICS, Direction
 from pytest_llmperf.base.version import __version__
 
@@ -169,6 +170,8 @@ class BaselineEntry(_Model):
     # Samples measured for this entry but left out as invalid (validity.check_level, the
     # policy judging applies): the entry rests on ``n`` valid ones.
     invalid_left_out: NonNegativeInt = 0
+    # What the GPUs did while the first valid sample was measured (NVML; absent: no telemetry).
+    gpu: GpuTelemetry | None = None
 
     @field_validator("metrics")
     @classmethod

@@ -194,3 +194,24 @@ def judge_paired(
     elif verdict == Verdict.INCONCLUSIVE:
         text += f": the interval straddles the tolerance ({limit}); add rounds to decide"
     return result(change, ci_low, ci_high, verdict, text)
+
+
+def aa_band(
+    sides: Sequence[Sequence[float]], confidence: float = DEFAULT_CONFIDENCE
+) -> tuple[float, float, int] | None:
+    """What "no change" looks like in these rounds: each side's values split into consecutive
+    round pairs (1 with 2, 3 with 4, ...), ``ln(later / earlier)`` of one unchanged server
+    against itself, and the confidence interval of their mean as relative changes, with the
+    number of pairs. None with fewer than 2 pairs (NaN values, invalid rounds, are skipped).
+    An A/B change whose interval sits inside this band is what the runner does to one server
+    between its launches."""
+    d = [
+        math.log(v[k + 1] / v[k])
+        for v in sides
+        for k in range(0, len(v) - 1, 2)
+        if math.isfinite(v[k]) and math.isfinite(v[k + 1]) and v[k] > 0 and v[k + 1] > 0
+    ]
+    if len(d) < 2:
+        return None
+    _, lo, hi = mean_ci(d, confidence)
+    return math.exp(lo) - 1, math.exp(hi) - 1, len(d)

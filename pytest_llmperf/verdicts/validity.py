@@ -29,6 +29,7 @@ __all__ = [
     "is_valid",
     "policy_from_settings",
     "starved_by_machine",
+    "throttled_by_gpu",
 ]
 
 
@@ -62,6 +63,9 @@ class ValidityPolicy(BaseModel):
     # Above this share of ITL gaps from one network read, the median gap is the client's read
     # pattern (0 ms when events pile up), not the server's pace.
     max_coalesced_itl_share: float = Field(default=COALESCED_ITL_SHARE_LIMIT, ge=0.0, le=1.0)
+    # Share of a level's GPU samples that may show a thermal, power-cap or HW-slowdown reason
+    # (base/gpu_stats.DISTURBING): above it the GPU, not the code, set the level's speed.
+    max_throttled_share: float = Field(default=0.0, ge=0.0, lt=1.0)
 
 
 def policy_from_settings(get: Callable[[str], Any]) -> ValidityPolicy:
@@ -244,6 +248,10 @@ def check_level(
             f"{level.median_itl_ms or 0:.2f} ms describes the client, not the server"
         )
 
+    gpu = level.gpu
+    if gpu is not None and gpu.throttled(policy.max_throttled_share):
+        reasons.append(f"the GPU throttled ({gpu.throttle_text(policy.max_throttled_share)})")
+
     if level.completed == 0:
         reasons.append(f"no request completed ({level.failed} of {level.num_requests} failed)")
     elif level.failed > policy.max_failed:
@@ -314,3 +322,17 @@ def starved_by_machine(
         return False
     rest = level.model_copy(update={"client": None, "coalesced_itl_share": None})
     return not check_level(rest, workload, policy)
+
+
+def throttled_by_gpu(
+    level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
+) -> bool:
+    """Invalid because a GPU of the server throttled (heat, power cap, HW slowdown), and for
+    nothing else but that or a machine too busy: the GPU, not the code, set the speed, and a
+    cooler moment may measure it, so it is re-measured like a noisy sample."""
+    policy = policy or ValidityPolicy()
+    gpu = level.gpu
+    if gpu is None or not gpu.throttled(policy.max_throttled_share):
+        return False
+    rest = level.model_copy(update={"gpu": None})
+    return not check_level(rest, workload, policy) or starved_by_machine(rest, workload, policy)

@@ -8,9 +8,12 @@ are written.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
+
+from pytest_llmperf.verdicts.paired import aa_band
 
 from .conftest import FAST, assert_no_servers_left, light
 
@@ -64,6 +67,15 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
     assert points[4]["order"] == [["old", "new"], ["new", "old"]] * 2
     assert len(points[4]["candidate_values"]) == 4
     assert "| new-vs-old | 4 " in summary.read_text()
+    # the A/A band: the same rounds split (1 with 2, 3 with 4), each server against itself
+    for c, p in points.items():
+        sides = [p["reference_values"], p["candidate_values"]]
+        band = aa_band([[math.nan if v is None else v for v in vs] for vs in sides])
+        got = (p["aa_low"], p["aa_high"], p["aa_pairs"])
+        assert got == (pytest.approx(band) if band else (None, None, 0)), c
+    assert points[4]["ci_high"] < points[4]["aa_low"]  # the slowdown lies outside "no change"
+    assert "A/A band" in summary.read_text() and "pairs)" in summary.read_text()
+    result.stdout.fnmatch_lines(["*A/A band*verdict*"])
     assert_no_servers_left(pytester.path)
 
 
