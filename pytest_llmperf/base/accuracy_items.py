@@ -16,13 +16,18 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from pytest_llmperf.base.values import parse_nonneg_int
 
 __all__ = [
     "ITEMS_VERSION",
+    "MAX_ITEMS",
     "Item",
     "extract",
     "generate_items",
     "is_right",
+    "parse_item_count",
     "prompt",
     "question_of",
     "solve",
@@ -43,6 +48,8 @@ WORDS = (
     "school", "summer", "winter", "doctor", "mountain", "kitchen", "letter",
 )  # fmt: skip
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# Far below the distinct questions the templates can make (about 14 000).
+MAX_ITEMS = 5000
 
 _FEW_SHOT = (
     "Answer each question with just the answer, nothing else.\n\n"
@@ -110,14 +117,32 @@ def solve(question: str) -> str | None:
     return None
 
 
+def parse_item_count(text: Any) -> int:
+    """The ``accuracy_items`` setting: 0 (no probe) up to ``MAX_ITEMS``."""
+    n = parse_nonneg_int(text)
+    if n > MAX_ITEMS:
+        raise ValueError(f"at most {MAX_ITEMS} generated items, got {n}")
+    return n
+
+
 def generate_items(n: int, seed: int) -> list[Item]:
     """``n`` items drawn from ``seed``: the same arguments give the same items, in order."""
     if n < 0:
         raise ValueError(f"the number of items must be 0 or more, got {n}")
+    if n > MAX_ITEMS:
+        raise ValueError(f"at most {MAX_ITEMS} items can be generated, got {n}")
     rng = random.Random(f"llmperf-accuracy:{ITEMS_VERSION}:{seed}")
-    items = []
-    for _ in range(n):
+    items: list[Item] = []
+    seen: set[str] = set()
+    # Distinct questions only (a repeated one would count one answer twice): the small
+    # templates (days, months) run out and the draw falls to the large ones (arithmetic).
+    for _ in range(50 * n):
+        if len(items) == n:
+            break
         kind, question = _draw(rng)
+        if question in seen:
+            continue
+        seen.add(question)
         answer = solve(question)
         assert answer is not None, question  # every template has its solver
         items.append(Item(question, answer, kind))

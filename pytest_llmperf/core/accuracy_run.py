@@ -42,7 +42,9 @@ class Completions:
         return sum(t is None for t in self.texts)
 
 
-def probe_body(backend: Backend, prompt: str, max_tokens: int, model: str | None) -> tuple[str, dict[str, Any]]:
+def probe_body(
+    backend: Backend, prompt: str, max_tokens: int, model: str | None
+) -> tuple[str, dict[str, Any]]:
     """The route and JSON body of one greedy request."""
     if backend == "sglang":
         sp = {"max_new_tokens": max_tokens, "temperature": 0.0, "stop": STOP}
@@ -95,7 +97,14 @@ async def complete_async(
                         r = await client.post(route, json=body)
                     r.raise_for_status()
                     out.texts[i] = _text(backend, r.json())
-                except (httpx.HTTPError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:
+                except (
+                    httpx.HTTPError,
+                    TimeoutError,
+                    ValueError,
+                    KeyError,
+                    IndexError,
+                    TypeError,
+                ) as exc:
                     out.errors.append(f"prompt {i}: {route}: {type(exc).__name__}: {exc}")
 
         await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))

@@ -29,6 +29,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.file_kinds import not_a_results_file
 from pytest_llmperf.report.tables import markdown_summary, render_run
+from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance, check_name
 from pytest_llmperf.verdicts.compare import (
@@ -91,6 +92,7 @@ class Judgement(BaseModel):
     reference: str | None = None  # crossover: the other config
     metric: str | None = None  # crossover: the metric compared
     name: str | None = None  # crossover: its name in the suite
+    accuracy: AccuracyComparison | None = None  # point: the accuracy probe's verdict
 
     @property
     def label(self) -> str:

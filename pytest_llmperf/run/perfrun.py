@@ -94,6 +94,8 @@ class PerfRun:
         self.env = dict(env or {})
         self.servers = ServerPool(suite, output_dir, options, self.env)
         self.store = SampleStore()
+        # The accuracy probe's answers per (config, items, seed, backend): run/accuracy.py.
+        self.accuracy: dict[tuple[str, int, int, str], tuple[Any, str]] = {}
 
     # -- the servers (``ServerPool``) ------------------------------------------------------
     def url_for(self, config: str) -> str | None:

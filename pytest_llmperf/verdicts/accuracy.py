@@ -166,8 +166,9 @@ def compare_accuracy(
         return out(Verdict.FAIL, f"{against}: a drop of {points}, beyond the interval {test} "
                    "\u2192 fail", drop=d, p_value=p)  # fmt: skip
     if p < alpha:
+        small = f"but below accuracy_drop {smallest * 100:g} points"
         return out(Verdict.PASS, f"{against}: a drop of {points}, beyond the interval {test} "
-                   f"but below accuracy_drop {smallest * 100:g} points \u2192 pass", drop=d, p_value=p)  # fmt: skip
+                   f"{small} \u2192 pass", drop=d, p_value=p)  # fmt: skip
     need = min_items(smallest, alpha)
     if new.n < need:
         return out(Verdict.INCONCLUSIVE, f"{against}: {new.n} items cannot show a drop of "

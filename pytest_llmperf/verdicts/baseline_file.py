@@ -36,6 +36,7 @@ from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.metric_defs import METRICS, Direction
 from pytest_llmperf.base.version import __version__
+from pytest_llmperf.verdicts.accuracy import AccuracyRecord
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -169,6 +170,9 @@ class BaselineEntry(_Model):
     # Samples measured for this entry but left out as invalid (validity.check_level, the
     # policy judging applies): the entry rests on ``n`` valid ones.
     invalid_left_out: NonNegativeInt = 0
+    # The accuracy probe's answers when recorded (``accuracy_items``): the items it was
+    # judged on and which were right, so a later run is paired item by item.
+    accuracy: AccuracyRecord | None = None
 
     @field_validator("metrics")
     @classmethod
