@@ -86,7 +86,7 @@ def test_point_accuracy_against_the_baseline(pytester: pytest.Pytester) -> None:
     worse.assert_outcomes(failed=1)
     m = SENTENCE.search(worse.stdout.str())
     assert m is not None, worse.stdout.str()[-3000:]
-    assert m[2] == "this" and int(m[3]) == acc["correct"] and m[4] == "the baseline"
+    assert m[2] == "this run" and int(m[3]) == acc["correct"] and m[4] == "the baseline"
     assert int(m[5]) == round((int(m[3]) - int(m[1])) / 2)
     assert_no_servers_left(pytester.path)
 
