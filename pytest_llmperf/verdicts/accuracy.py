@@ -144,7 +144,7 @@ def compare_accuracy(
         return out(Verdict.INVALID, f": {new.failed} of its requests got no answer, so this is "
                    "not an accuracy verdict")  # fmt: skip
     if old is None:
-        return out(Verdict.MISSING, f": no {old_label} score to compare with")
+        return out(Verdict.MISSING, f": no answers recorded for {old_label} to compare with")
     against = f" against {old.describe(old_label)}"
     if new.items() != old.items():
         return out(Verdict.INCONCLUSIVE, f"{against}: the sides answered different items "

@@ -27,7 +27,9 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -171,8 +173,16 @@ class BaselineEntry(_Model):
     # policy judging applies): the entry rests on ``n`` valid ones.
     invalid_left_out: NonNegativeInt = 0
     # The accuracy probe's answers when recorded (``accuracy_items``): the items it was
-    # judged on and which were right, so a later run is paired item by item.
+    # judged on and which were right, so a later run is paired item by item. Left out of the
+    # file when absent, so entries recorded without the probe read as they always did.
     accuracy: AccuracyRecord | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_accuracy(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("accuracy", 0) is None:
+            del data["accuracy"]
+        return data
 
     @field_validator("metrics")
     @classmethod

@@ -125,3 +125,25 @@ def test_ab_at_chance_is_inconclusive_with_a_warning(pytester: pytest.Pytester) 
     point = json.loads((pytester.path / "out" / "ab.json").read_text())["points"][0]
     assert point["accuracy"]["verdict"] == "inconclusive" and point["accuracy"]["chance"]
     assert_no_servers_left(pytester.path)
+
+
+def test_turning_the_probe_on_asks_to_record_its_answers(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", llmperf=light(POINT_SUITE.replace("accuracy_items = 200", "")))
+    pytester.makepyfile(test_p="def test_p(llmperf_point):\n    llmperf_point.check()\n")
+    sim = "--sim-time-scale 5 --sim-accuracy 0.9"
+    _run(pytester, sim, "--llmperf-update").assert_outcomes(passed=1)
+    baseline = next((pytester.path / "baselines").rglob("srv.json"))
+    assert '"accuracy"' not in baseline.read_text()
+
+    pytester.makefile(".toml", llmperf=light(POINT_SUITE))
+    missing = _run(pytester, sim)
+    missing.assert_outcomes(failed=1)
+    out = missing.stdout.str()
+    assert "no answers recorded for the baseline to compare with" in out, out[-3000:]
+    assert "record it: " in out and "--llmperf-update" in out
+
+    _run(pytester, sim, "--llmperf-update").assert_outcomes(passed=1)
+    entry = next(iter(json.loads(baseline.read_text())["workloads"].values()))["1"]
+    assert entry["accuracy"]["n"] == 200 and entry["accuracy"]["correct"] >= 160
+    _run(pytester, sim).assert_outcomes(passed=1)
+    assert_no_servers_left(pytester.path)
