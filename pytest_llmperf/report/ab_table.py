@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from tabulate import tabulate
 
+from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.verdict import Verdict, parse_verdict
 
 # 2: verdicts in the one lower-case vocabulary (``Verdict``) and a point's A/B named ``ab``;
@@ -53,6 +54,8 @@ class ABPoint(BaseModel):
     aa_low: float | None = None
     aa_high: float | None = None
     aa_pairs: int = 0
+    # the accuracy probe (``accuracy_items``): candidate against reference on the same items
+    accuracy: AccuracyComparison | None = None
 
     _verdict = field_validator("verdict", mode="before")(parse_verdict)
 
@@ -88,6 +91,13 @@ def _band(p: ABPoint) -> str:
     return f"{_pct(p.aa_low)} \u2026 {_pct(p.aa_high)} ({p.aa_pairs} pairs)"
 
 
+def _accuracy(p: ABPoint) -> str:
+    a = p.accuracy
+    if a is None or a.old is None:
+        return "-"
+    return f"{a.old.score:.2f} \u2192 {a.new.score:.2f} {a.verdict}"
+
+
 def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
     rows = []
     for p in sorted(points, key=lambda p: (p.ab, p.concurrency)):
@@ -103,6 +113,7 @@ def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
                 _band(p),
                 f"{p.verdict}{' (launch-adjusted)' if p.adjust == 'launch' else ''}",
             ]
+            + ([_accuracy(p)] if any(q.accuracy for q in points) else [])
         )
     return rows
 
@@ -114,6 +125,7 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
     metric = points[0].metric if len({p.metric for p in points}) == 1 else "metric"
     headers = ["ab", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
     headers += ["change", f"{points[0].confidence * 100:g} % CI", "A/A band", "verdict"]
+    headers += ["accuracy"] if any(p.accuracy for p in points) else []
     return tabulate(ab_rows(points), headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.gates import Gate
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
@@ -40,6 +41,7 @@ class Judgement(BaseModel):
     metric: str | None = None  # crossover: the metric compared
     name: str | None = None  # crossover: its name in the suite
     green_means: str | None = None  # point: the regression its verdict could have missed
+    accuracy: AccuracyComparison | None = None  # point: the accuracy probe's verdict
     missable: dict[str, float] = Field(default_factory=dict)  # point: per metric, relative
 
     @property

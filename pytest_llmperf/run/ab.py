@@ -27,9 +27,11 @@ from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.gpu_stats import GpuTelemetry, clock_note
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.report.ab_table import ABPoint
+from pytest_llmperf.run import accuracy
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.suite import ABSpec
+from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.paired import (
     PairedResult,
     aa_band,
@@ -76,6 +78,9 @@ class ABRun:
     orders: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None
     measured: bool = False
+    accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
+    accuracy_drop: float = 0.05
+    accuracy: AccuracyComparison | None = None
 
     def measure(self) -> None:
         """Run every round (once); a failure is kept and raised again for every level."""
@@ -93,11 +98,19 @@ class ABRun:
                     for c in self.levels:
                         value = self._value(config, c, r)
                         self.values.setdefault(config, {}).setdefault(c, []).append(value)
+                    if r == 0 and self.accuracy_items:  # untimed, after the timed levels
+                        accuracy.probe(self.run, config, self.workload, self.accuracy_items)
                     self.run.stop(config)
         except (PointError, ABError) as exc:
             self.error = f"ab {spec.label}: round {len(self.orders)}: {exc}"
             raise ABError(self.error) from None
         self.measured = True
+        if self.accuracy_items:
+            old = accuracy.probe(self.run, spec.reference, self.workload, self.accuracy_items)
+            self.accuracy = accuracy.judge(
+                self.run, spec.candidate, self.workload, self.accuracy_items, old[0],
+                drop=self.accuracy_drop, new_label=spec.candidate, old_label=spec.reference,
+            )  # fmt: skip
 
     def _value(self, config: str, c: int, r: int) -> float:
         """The metric of one valid measurement of the level on this launch, else NaN."""
@@ -190,6 +203,7 @@ def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
         verdict=result.verdict,
         message=result.message,
         **_aa(ab, c, result.confidence),
+        accuracy=ab.accuracy,
     )
 
 
@@ -231,8 +245,13 @@ class ABCheck:
 
     def judge(self) -> Outcome:
         point = self.evaluate()
+        acc = point.accuracy
         if point.verdict == Verdict.FAIL:
-            return Outcome.fail(point.message)
+            return Outcome.fail(point.message + (f"\n{acc.message}" if acc is not None else ""))
+        if acc is not None and acc.verdict == Verdict.FAIL:
+            return Outcome.fail(acc.message)
+        if acc is not None and acc.verdict == Verdict.INVALID:
+            point = point.model_copy(update={"verdict": acc.verdict, "message": acc.message})
         if point.verdict == Verdict.INVALID:
             if self.on_invalid is not None:
                 self.on_invalid(point.message)
@@ -244,4 +263,6 @@ class ABCheck:
         outcome = Outcome()
         if point.verdict == Verdict.INCONCLUSIVE:
             outcome.warnings.append(("inconclusive", point.message))
+        if acc is not None and acc.verdict == Verdict.INCONCLUSIVE:
+            outcome.warnings.append(("inconclusive", acc.message))
         return outcome

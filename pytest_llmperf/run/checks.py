@@ -17,6 +17,7 @@ from pytest_llmperf.base.gpu_stats import clock_note
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
+from pytest_llmperf.run import accuracy
 from pytest_llmperf.run.adjust import (
     can_adjust,
     current_residuals,
@@ -35,6 +36,7 @@ from pytest_llmperf.run.busy import (
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
+from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.baseline import (
     BaselineStore,
     EntryKey,
@@ -148,6 +150,9 @@ class PointCheck:
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
+    accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
+    accuracy_drop: float = 0.05
+    accuracy: AccuracyComparison | None = None
 
     @property
     def adjusting(self) -> bool:
@@ -262,10 +267,11 @@ class PointCheck:
             self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:
             self.on_compared(pc)
+        acc = self._accuracy() if pc.verdict != Verdict.INVALID else None
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
                 tolerances=dict(self.tolerances), adjust=self.adjust,
-                green_means=green_means(pc), missable=missable(pc))  # fmt: skip
+                green_means=green_means(pc), missable=missable(pc), accuracy=acc)  # fmt: skip
         if pc.verdict == Verdict.INVALID and all_starved(self.samples, self.workload, self.policy):
             return _busy(self.on_busy, [busy_point(self.config, self.samples)])
         if pc.verdict == Verdict.INVALID:
@@ -279,23 +285,55 @@ class PointCheck:
                     f"INVALID measurement (not a performance verdict, not recorded): {message}"
                 )
             return Outcome("skip", f"llmperf INVALID measurement: {message}")
+        if acc is not None and acc.verdict == Verdict.INVALID:
+            if self.update or self.invalid_policy == "fail":
+                return Outcome.fail(f"INVALID accuracy probe (not recorded): {acc.message}")
+            return Outcome("skip", f"llmperf INVALID accuracy probe: {acc.message}")
         if self.update:
+            redo_acc = acc is not None and (acc.verdict != Verdict.PASS or self.rerecord)
             if pc.verdict != Verdict.PASS or pc.stale or self.rerecord:
-                self._record()
+                self._record(acc)
                 pc.verdict, pc.messages = Verdict.RECORDED, []
+            elif redo_acc and acc is not None:
+                self._record_accuracy(acc)
             return Outcome()
+        record = self.record_command or f"pytest '{self.nodeid}' --llmperf-update"
         if pc.verdict == Verdict.MISSING:
-            record = self.record_command or f"pytest '{self.nodeid}' --llmperf-update"
             return Outcome.fail(f"{pc.message()}\n  record it: {record}")
         if pc.verdict == Verdict.FAIL:
-            return Outcome.fail(pc.message())
+            return Outcome.fail(pc.message() + (f"\n{acc.message}" if acc is not None else ""))
+        if acc is not None and acc.verdict == Verdict.MISSING:
+            return Outcome.fail(f"{acc.message}\n  record it: {record}")
+        if acc is not None and acc.verdict == Verdict.FAIL:
+            return Outcome.fail(acc.message)
         out = Outcome()
+        if acc is not None and acc.verdict == Verdict.INCONCLUSIVE:
+            out.warnings.append(("inconclusive", acc.message))
         if pc.verdict == Verdict.INCONCLUSIVE:
             out.warnings.append(("inconclusive", f"{green_means(pc)}\n{pc.message()}"))
         out.warnings += [("stale", m.message) for m in pc.stale]
         return out
 
-    def _record(self) -> None:
+    def _accuracy(self) -> AccuracyComparison | None:
+        """The accuracy probe against the baseline entry's answers (None when off)."""
+        if not self.accuracy_items:
+            return None
+        entry = self.store.get(self.key, mark_used=False)
+        self.accuracy = accuracy.judge(
+            self.run, self.config, self.workload, self.accuracy_items,
+            entry.accuracy if entry is not None else None, drop=self.accuracy_drop,
+            new_label="this run", old_label="the baseline",
+        )  # fmt: skip
+        return self.accuracy
+
+    def _record_accuracy(self, acc: AccuracyComparison) -> None:
+        """Add the probe's answers to the stored entry, whose speed numbers still hold."""
+        entry = self.store.get(self.key, mark_used=False)
+        if entry is not None:
+            entry = entry.model_copy(update={"accuracy": acc.new})
+            self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
+
+    def _record(self, acc: AccuracyComparison | None = None) -> None:
         """Queue the entry from the valid samples only (judging's policy); the verdict was
         not INVALID, so at least one is valid."""
         facts = self.run.facts(self.config)
@@ -316,6 +354,8 @@ class PointCheck:
             git_commit=git_commit(),
             invalid_left_out=len(left_out),
         )
+        if acc is not None:
+            entry = entry.model_copy(update={"accuracy": acc.new})
         self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
 
 

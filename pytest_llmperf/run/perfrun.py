@@ -101,6 +101,8 @@ class PerfRun:
         self.store = SampleStore()
         self.spent = {}
         self._telemetry = None
+        # The accuracy probe's answers per (config, items, seed, backend): run/accuracy.py.
+        self.accuracy: dict[tuple[str, int, int, str], tuple[Any, str]] = {}
 
     # -- the servers (``ServerPool``) ------------------------------------------------------
     def url_for(self, config: str) -> str | None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pytest_llmperf.base.accuracy_items import parse_item_count
 from pytest_llmperf.base.results import parse_backend, parse_range_convention, parse_workload_kind
 from pytest_llmperf.base.values import (
     COALESCED_ITL_SHARE_LIMIT,
@@ -30,6 +31,7 @@ from pytest_llmperf.base.values import (
     LOOP_LAG_P99_LIMIT_MS,
     parse_bool,
     parse_choice,
+    parse_fraction,
     parse_idle_timeout,
     parse_int,
     parse_levels,
@@ -404,6 +406,21 @@ SETTINGS: tuple[Setting, ...] = (
         "send the non-standard OpenAI-API fields ignore_eos and continuous_usage_stats "
         "(true/false; false for strict servers that answer 400/422 to them)",
         **TEST,
+    ),
+    Setting(
+        "accuracy_items",
+        parse_item_count,
+        0,
+        "accuracy probe (docs/accuracy.md): generated items each server answers, untimed, "
+        "judged against the baseline and in A/B; 0: off (it costs requests)",
+        **SUITE,
+    ),
+    Setting(
+        "accuracy_drop",
+        parse_fraction,
+        0.05,
+        "accuracy probe: the smallest score drop that fails (with p < 0.01), e.g. 5%",
+        **SUITE,
     ),
     # workloads: what the prompts are (core/workload.py); recorded in the baseline key.
     Setting(

@@ -309,6 +309,15 @@ def _add_realism_flags(p: argparse.ArgumentParser) -> None:
         "0.8 simulates 'accept length fell after an upgrade'",
     )
     n.add_argument(
+        "--sim-accuracy",
+        type=argparse_type(parse_unit_float),
+        default=0.0,
+        metavar="P",
+        help="share of the accuracy probe's generated items answered right, in [0, 1] (an item "
+        "is right when its hash falls below P, so a lower P loses items a higher one answers); "
+        "0: the probe's prompts get the simulator's usual meaningless text, as a random model",
+    )
+    n.add_argument(
         "--sim-version",
         type=_version,
         default=None,

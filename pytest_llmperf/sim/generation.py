@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pytest_llmperf.sim.answers import answer
 from pytest_llmperf.sim.bodies import (
     RequestError,
     chat_prompt,
@@ -74,6 +75,10 @@ class GenerationRoutes:
         if st.error or st.cut:
             return json_response({"error": {"message": st.error or "aborted"}}, status=400)
         out = [g.native_dict() for g in st.gens]
+        raw = body.get("text")
+        for d, text_in in zip(out, raw if isinstance(raw, list) else [raw], strict=False):
+            text = answer(text_in, self.server.knobs.sim_accuracy)
+            d["text"] = d["text"] if text is None else text
         if batch:
             for i, d in enumerate(out):
                 d["index"] = i
@@ -211,4 +216,21 @@ class GenerationRoutes:
         await server.serve_wait(request, st)
         if st.error or st.cut:
             return self._error(st.error or "aborted", "InternalServerError", 500)
-        return json_response(self.openai_response(st, kind))
+        reply = self.openai_response(st, kind)
+        asked = body.get("prompt") if kind == COMPLETIONS else _last_user(body)
+        asked = asked[0] if isinstance(asked, list) and len(asked) == 1 else asked
+        text = answer(asked, server.knobs.sim_accuracy)
+        if text is not None:
+            choice = reply["choices"][0]
+            if kind == COMPLETIONS:
+                choice["text"] = text
+            else:
+                choice["message"]["content"] = text
+        return json_response(reply)
+
+
+def _last_user(body: dict[str, Any]) -> Any:
+    """The content of a chat request's last message (where a probe's prompt goes)."""
+    msgs = body.get("messages")
+    last = msgs[-1] if isinstance(msgs, list) and msgs else None
+    return last.get("content") if isinstance(last, dict) else None

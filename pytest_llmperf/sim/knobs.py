@@ -69,5 +69,6 @@ class ServerKnobs:
     sim_stall_ms: float | None = None
     sim_load_time: float = 0.0  # seconds of model load before the port binds
     sim_accept_scale: float = 1.0  # x the profile's speculative accept length
+    sim_accuracy: float = 0.0  # share of the accuracy probe's items answered right (answers.py)
     sim_version: str | None = None  # SGLang (or vLLM) version the server reports
     unknown_args: tuple[str, ...] = field(default_factory=tuple)

@@ -27,7 +27,9 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    SerializerFunctionWrapHandler,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -37,6 +39,7 @@ from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.gpu_stats import GpuTelemetry
 from pytest_llmperf.base.metric_defs import METRICS, Direction
 from pytest_llmperf.base.version import __version__
+from pytest_llmperf.verdicts.accuracy import AccuracyRecord
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -172,6 +175,17 @@ class BaselineEntry(_Model):
     invalid_left_out: NonNegativeInt = 0
     # What the GPUs did while the first valid sample was measured (NVML; absent: no telemetry).
     gpu: GpuTelemetry | None = None
+    # The accuracy probe's answers when recorded (``accuracy_items``): the items it was
+    # judged on and which were right, so a later run is paired item by item. Left out of the
+    # file when absent, so entries recorded without the probe read as they always did.
+    accuracy: AccuracyRecord | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_accuracy(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("accuracy", 0) is None:
+            del data["accuracy"]
+        return data
 
     @field_validator("metrics")
     @classmethod

@@ -79,6 +79,8 @@ class ABKind(KindDefaults):
             return []
         lines = ["", *ab_table(points).splitlines()]
         lines += [f"A/B {p.verdict}: {p.message}" for p in points]
+        judged = {p.ab: p.accuracy for p in points if p.accuracy is not None}
+        lines += [f"A/B {ab} accuracy {a.verdict}: {a.message}" for ab, a in judged.items()]
         lines.append(f"A/B results: {llm.output_dir / AB_FILE_NAME}")
         return lines
 
@@ -116,7 +118,12 @@ def ab_run(
     levels = tuple(spec.levels or levels)
     key = (param.suite_path, param.index, workload, levels)
     if key not in runs:
-        runs[key] = ABRun(spec, levels, workload, llm.perf_run(suite), policy=policy)
+        where = request.node.nodeid
+        runs[key] = ABRun(
+            spec, levels, workload, llm.perf_run(suite), policy=policy,
+            accuracy_items=llm.effective(suite, {}, "accuracy_items", where),
+            accuracy_drop=llm.effective(suite, {}, "accuracy_drop", where),
+        )  # fmt: skip
     return runs[key]
 
 

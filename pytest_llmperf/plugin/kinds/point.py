@@ -101,6 +101,8 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             rerecord=bool(llm.settings["rerecord"]),
             adjust=get("adjust"),
             levels=get("levels"),
+            accuracy_items=get("accuracy_items"),
+            accuracy_drop=get("accuracy_drop"),
             invalid_policy=llm.settings["invalid"],
             policy=llm.validity_policy(suite, marker, where),
             nodeid=where,
