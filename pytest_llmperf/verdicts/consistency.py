@@ -10,8 +10,9 @@ difference between two launches of one server is normal and must not be called a
 The rule: the new-vs-old difference share fails when a one-sided exact test rejects "the new
 side differs no more often than A/A" at ``alpha`` (Fisher's exact test on the two counts; with
 no A/A measured, an exact binomial test against ``NO_AA_ALLOWANCE``). At ``alpha`` = 1 % an
-unchanged pair fails about once in a hundred runs at most, whatever its batching noise. With deterministic inference declared by both
-servers, batching cannot explain a difference, so any difference fails.
+unchanged pair fails about once in a hundred runs at most, whatever its batching noise. With
+deterministic inference declared by both servers, batching cannot explain a difference, so any
+difference fails.
 """
 
 from __future__ import annotations
