@@ -46,8 +46,23 @@ class ABPoint(BaseModel):
     adjust: str
     verdict: Verdict
     message: str
+    # The greedy consistency probes (absent with probes off, and in older files): their
+    # verdict, candidate-vs-reference answers that differ of those compared, and the A/A.
+    consistency: Verdict | None = None
+    probes_differing: int | None = None
+    probes_compared: int | None = None
+    probes_aa_differing: int | None = None
+    probes_aa_compared: int | None = None
 
-    _verdict = field_validator("verdict", mode="before")(parse_verdict)
+    _verdict = field_validator("verdict", "consistency", mode="before")(parse_verdict)
+
+    def outputs_cell(self) -> str:
+        if self.consistency is None:
+            return "-"
+        if self.probes_compared is None or not self.probes_compared:
+            return str(self.consistency)
+        aa = f" (A/A {self.probes_aa_differing}/{self.probes_aa_compared})"
+        return f"{self.probes_differing}/{self.probes_compared} differ{aa} {self.consistency}"
 
     @model_validator(mode="before")
     @classmethod
@@ -77,6 +92,7 @@ def _mean(values: Sequence[float | None]) -> str:
 
 def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
     rows = []
+    probed = any(p.consistency is not None for p in points)
     for p in sorted(points, key=lambda p: (p.ab, p.concurrency)):
         rows.append(
             [
@@ -89,6 +105,7 @@ def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
                 f"{_pct(p.ci_low)} \u2026 {_pct(p.ci_high)}",
                 f"{p.verdict}{' (launch-adjusted)' if p.adjust == 'launch' else ''}",
             ]
+            + ([p.outputs_cell()] if probed else [])
         )
     return rows
 
@@ -100,6 +117,8 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
     metric = points[0].metric if len({p.metric for p in points}) == 1 else "metric"
     headers = ["ab", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
     headers += ["change", f"{points[0].confidence * 100:g} % CI", "verdict"]
+    if any(p.consistency is not None for p in points):
+        headers.append("greedy outputs")
     return tabulate(ab_rows(points), headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 

@@ -32,6 +32,8 @@ class RunOptions:
     # "rerun": restart a launched/simulated server before a sample that must be independent
     # of the current launch's speed (``measure(fresh_launch=True)``); "never": reuse it.
     relaunch: str = "never"
+    probes: int = 32  # greedy consistency probes per launch (0: none); see run/probing.py
+    probe_tokens: int = 16
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any], slo: Slo | None = None) -> RunOptions:
@@ -50,6 +52,8 @@ class RunOptions:
             client_processes=int(s["client_processes"]),
             slo=slo,
             relaunch=s["relaunch"],
+            probes=int(s["probes"]),
+            probe_tokens=int(s["probe_tokens"]),
         )
 
     @classmethod
