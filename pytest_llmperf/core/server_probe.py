@@ -264,6 +264,7 @@ def server_facts(
         "stream_interval",
         "max_total_num_tokens",
         "sim_profile",
+        "enable_deterministic_inference",  # greedy outputs batch-invariant (consistency probes)
         "sim_cuda_visible_devices",  # which GPUs a simulated server was given (per xdist worker)
     )
     args = {k: info[k] for k in keep if k in info}

@@ -56,8 +56,23 @@ class ABPoint(BaseModel):
     aa_pairs: int = 0
     # the accuracy probe (``accuracy_items``): candidate against reference on the same items
     accuracy: AccuracyComparison | None = None
+    # The greedy consistency probes (absent with probes off, and in older files): their
+    # verdict, candidate-vs-reference answers that differ of those compared, and the A/A.
+    consistency: Verdict | None = None
+    probes_differing: int | None = None
+    probes_compared: int | None = None
+    probes_aa_differing: int | None = None
+    probes_aa_compared: int | None = None
 
-    _verdict = field_validator("verdict", mode="before")(parse_verdict)
+    _verdict = field_validator("verdict", "consistency", mode="before")(parse_verdict)
+
+    def outputs_cell(self) -> str:
+        if self.consistency is None:
+            return "-"
+        if self.probes_compared is None or not self.probes_compared:
+            return str(self.consistency)
+        aa = f" (A/A {self.probes_aa_differing}/{self.probes_aa_compared})"
+        return f"{self.probes_differing}/{self.probes_compared} differ{aa} {self.consistency}"
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +115,7 @@ def _accuracy(p: ABPoint) -> str:
 
 def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
     rows = []
+    probed = any(p.consistency is not None for p in points)
     for p in sorted(points, key=lambda p: (p.ab, p.concurrency)):
         rows.append(
             [
@@ -114,6 +130,7 @@ def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
                 f"{p.verdict}{' (launch-adjusted)' if p.adjust == 'launch' else ''}",
             ]
             + ([_accuracy(p)] if any(q.accuracy for q in points) else [])
+            + ([p.outputs_cell()] if probed else [])
         )
     return rows
 
@@ -126,6 +143,8 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
     headers = ["ab", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
     headers += ["change", f"{points[0].confidence * 100:g} % CI", "A/A band", "verdict"]
     headers += ["accuracy"] if any(p.accuracy for p in points) else []
+    if any(p.consistency is not None for p in points):
+        headers.append("greedy outputs")
     return tabulate(ab_rows(points), headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 

@@ -14,6 +14,11 @@ served from cache ...) is not a sample of the server's speed, so it never decide
 is measured once more on the same launch, and if still invalid that round is left out of the
 level's pairs (and, with ``adjust = "launch"``, out of the round's launch factor when fewer
 than three levels remain). A level with fewer than two valid pairs is INVALID, with the reasons.
+
+Each launch also answers the greedy consistency probes after its levels (``run/probing.py``):
+candidate vs reference per round, judged against reference vs reference across rounds (the A/A
+spread, ``verdicts/consistency.py``). A faster candidate that answers differently is no win: a
+consistency FAIL (or INVALID: the probes went unanswered) is every level's verdict.
 """
 
 from __future__ import annotations
@@ -25,13 +30,17 @@ from typing import Any
 
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.gpu_stats import GpuTelemetry, clock_note
+from pytest_llmperf.base.probes import ProbeSet
 from pytest_llmperf.base.results import LevelResult, Workload
+from pytest_llmperf.core.probes import ProbeError
 from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run import accuracy
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.run.probing import probe_launch
 from pytest_llmperf.run.suite import ABSpec
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
+from pytest_llmperf.verdicts.consistency import Consistency, judge_consistency
 from pytest_llmperf.verdicts.paired import (
     PairedResult,
     aa_band,
@@ -39,7 +48,7 @@ from pytest_llmperf.verdicts.paired import (
     remove_launch_factor,
 )
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
-from pytest_llmperf.verdicts.verdict import Verdict
+from pytest_llmperf.verdicts.verdict import Verdict, worst
 
 
 class ABError(LLMPerfError, RuntimeError):
@@ -76,11 +85,15 @@ class ABRun:
     # config -> C -> the GPU telemetry of each valid measurement (clocks of the two sides)
     gpu: dict[str, dict[int, list[GpuTelemetry | None]]] = field(default_factory=dict)
     orders: list[tuple[str, str]] = field(default_factory=list)
+    # config -> each round's probe answers; the first probe failure, if any
+    probes: dict[str, list[ProbeSet]] = field(default_factory=dict)
+    probe_error: str | None = None
     error: str | None = None
     measured: bool = False
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
     accuracy_drop: float = 0.05
     accuracy: AccuracyComparison | None = None
+    _consistency: Consistency | None = None
 
     def measure(self) -> None:
         """Run every round (once); a failure is kept and raised again for every level."""
@@ -98,6 +111,7 @@ class ABRun:
                     for c in self.levels:
                         value = self._value(config, c, r)
                         self.values.setdefault(config, {}).setdefault(c, []).append(value)
+                    self._probe(config, r)
                     if r == 0 and self.accuracy_items:  # untimed, after the timed levels
                         accuracy.probe(self.run, config, self.workload, self.accuracy_items)
                     self.run.stop(config)
@@ -111,6 +125,36 @@ class ABRun:
                 self.run, spec.candidate, self.workload, self.accuracy_items, old[0],
                 drop=self.accuracy_drop, new_label=spec.candidate, old_label=spec.reference,
             )  # fmt: skip
+
+    def _probe(self, config: str, r: int) -> None:
+        if self.probe_error is not None:
+            return
+        try:
+            got = probe_launch(self.run, config, self.workload)
+        except ProbeError as exc:
+            self.probe_error = f"{config}, round {r + 1}: {exc}"
+            return
+        if got is not None:
+            self.probes.setdefault(config, []).append(got)
+
+    def consistency(self) -> Consistency | None:
+        """Candidate vs reference answers, against reference's A/A; None with probes off."""
+        if self._consistency is None:
+            spec = self.spec
+            if self.probe_error is not None:
+                self._consistency = Consistency(
+                    Verdict.INVALID,
+                    f"consistency: probes not answered ({self.probe_error})",
+                    0, 0, 0, 0, None, None, None,
+                )  # fmt: skip
+            elif self.probes:
+                self._consistency = judge_consistency(
+                    self.probes.get(spec.reference, []),
+                    self.probes.get(spec.candidate, []),
+                    old_label=spec.reference,
+                    new_label=spec.candidate,
+                )
+        return self._consistency
 
     def _value(self, config: str, c: int, r: int) -> float:
         """The metric of one valid measurement of the level on this launch, else NaN."""
@@ -139,6 +183,23 @@ class ABRun:
         return remove_launch_factor(d) if self.spec.adjust == "launch" else d
 
     def result(self, concurrency: int) -> PairedResult:
+        res = self._speed(concurrency)
+        cons = self.consistency()
+        if cons is None:
+            return res
+        if cons.verdict in (Verdict.FAIL, Verdict.INVALID):
+            # Changed answers fail whatever the speed said, an invalid speed sample included.
+            verdict = (
+                Verdict.FAIL if cons.verdict == Verdict.FAIL else worst([res.verdict, cons.verdict])
+            )
+            return replace(
+                res,
+                verdict=verdict,
+                message=f"{cons.message}; speed: {res.message}",
+            )
+        return replace(res, message=f"{res.message}; {cons.message}")
+
+    def _speed(self, concurrency: int) -> PairedResult:
         self.measure()
         spec = self.spec
         ratios = self.log_ratios()[concurrency]
@@ -184,6 +245,7 @@ def _or_none(values: list[float]) -> list[float | None]:
 
 def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
     c = result.concurrency
+    cons = ab.consistency()
     return ABPoint(
         ab=ab.spec.label,
         candidate=result.candidate,
@@ -204,6 +266,11 @@ def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
         message=result.message,
         **_aa(ab, c, result.confidence),
         accuracy=ab.accuracy,
+        consistency=None if cons is None else cons.verdict,
+        probes_differing=None if cons is None else cons.differing,
+        probes_compared=None if cons is None else cons.compared,
+        probes_aa_differing=None if cons is None else cons.aa_differing,
+        probes_aa_compared=None if cons is None else cons.aa_compared,
     )
 
 

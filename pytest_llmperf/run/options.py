@@ -38,6 +38,8 @@ class RunOptions:
     gpu_telemetry: str = "nvml"
     gpu_telemetry_interval: float = 0.2
     nvml_module: str = "pynvml"
+    probes: int = 32  # greedy consistency probes per launch (0: none); see run/probing.py
+    probe_tokens: int = 16
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any], slo: Slo | None = None) -> RunOptions:
@@ -60,6 +62,8 @@ class RunOptions:
             gpu_telemetry=s["gpu_telemetry"],
             gpu_telemetry_interval=float(s["gpu_telemetry_interval"]),
             nvml_module=s["nvml_module"],
+            probes=int(s["probes"]),
+            probe_tokens=int(s["probe_tokens"]),
         )
 
     @classmethod

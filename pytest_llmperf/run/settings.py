@@ -168,6 +168,20 @@ SETTINGS: tuple[Setting, ...] = (
         sweep_flag="--client-processes",
     ),
     Setting(
+        "probes",
+        parse_nonneg_int,
+        32,
+        "greedy probe prompts each A/B launch answers after its timed levels; candidate vs "
+        "reference token ids are judged against the reference's A/A spread across rounds, and "
+        "a consistency fail fails the A/B (0 turns the probes off)",
+    ),
+    Setting(
+        "probe_tokens",
+        parse_positive_int,
+        16,
+        "max_new_tokens of each greedy probe answer",
+    ),
+    Setting(
         "repeat",
         parse_positive_int,
         1,

@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trust-remote-code", action="store_true")
     g.add_argument("--enable-cache-report", action="store_true")
     g.add_argument("--disable-radix-cache", action="store_true")
+    g.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="greedy outputs do not depend on batching (turns --sim-nondeterminism off)",
+    )
     v = p.add_argument_group("vLLM flags (with --sim-api vllm)")
     v.add_argument("--enable-prompt-tokens-details", action="store_true")
     v.add_argument(
@@ -324,6 +329,22 @@ def _add_realism_flags(p: argparse.ArgumentParser) -> None:
         metavar="X.Y.Z",
         help="version the server reports (/server_info 'version'; /version with --sim-api "
         "vllm), e.g. to show which release a bisect measured",
+    )
+    n.add_argument(
+        "--sim-diverge-share",
+        type=_fraction,
+        default=0.0,
+        metavar="SHARE",
+        help="this share of prompts (chosen by a seeded draw from the prompt) get another "
+        "greedy answer from a seeded position on: a version whose outputs changed",
+    )
+    n.add_argument(
+        "--sim-nondeterminism",
+        type=_fraction,
+        default=0.0,
+        metavar="RATE",
+        help="each greedy answer drifts from a random position with this probability, as "
+        "batching makes temperature 0 drift; off with --enable-deterministic-inference",
     )
 
 

@@ -21,8 +21,20 @@ from pytest_llmperf.sim.bodies import (
     native_prompts,
     read_json,
 )
+from pytest_llmperf.sim.greedy import greedy_ids, ids_text
 from pytest_llmperf.sim.server_api import Server
-from pytest_llmperf.sim.wire import CHAT, COMPLETIONS, NATIVE, Stream, Usage, token_text
+from pytest_llmperf.sim.wire import CHAT, COMPLETIONS, NATIVE, Gen, Stream, Usage
+
+
+def whole_ids(gen: Gen) -> list[int]:
+    """The ids of a non-streamed answer: greedy, drawn from the prompt (``greedy.py``)."""
+    return greedy_ids(gen.prompt_tokens, gen.n, gen.stream.server.knobs)
+
+
+def native_whole(gen: Gen) -> dict[str, Any]:
+    """A non-streamed ``/generate`` answer, with SGLang's ``output_ids``."""
+    ids = whole_ids(gen)
+    return {"text": ids_text(ids), "output_ids": ids, "meta_info": gen.final_meta()}
 
 
 class GenerationRoutes:
@@ -74,7 +86,7 @@ class GenerationRoutes:
         await self.server.serve_wait(request, st)
         if st.error or st.cut:
             return json_response({"error": {"message": st.error or "aborted"}}, status=400)
-        out = [g.native_dict() for g in st.gens]
+        out = [native_whole(g) for g in st.gens]
         raw = body.get("text")
         for d, text_in in zip(out, raw if isinstance(raw, list) else [raw], strict=False):
             text = answer(text_in, self.server.knobs.sim_accuracy)
@@ -136,7 +148,7 @@ class GenerationRoutes:
         (``choice_tail``), what ends the body (``body_tail``) and how a chat message without
         tool calls reports them (``tool_calls``); key order is kept as each engine sends it.
         """
-        text = token_text(0, st.gens[0].n)
+        text = ids_text(whole_ids(st.gens[0]))
         if kind == COMPLETIONS:
             choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": None, **choice_tail}
             obj = "text_completion"

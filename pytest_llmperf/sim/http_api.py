@@ -196,6 +196,7 @@ class SglangApi(GenerationRoutes):
             "cuda_graph_max_bs": k.cuda_graph_max_bs,
             "disable_cuda_graph": k.disable_cuda_graph,
             "skip_server_warmup": k.skip_server_warmup,
+            "enable_deterministic_inference": k.enable_deterministic_inference,
         }
         # The engine resolves "auto" values as SGLang's ServerArgs does (e.g. the 48 cap).
         m = getattr(self.server.engine, "model", None)

@@ -40,6 +40,8 @@ class ServerKnobs:
     enable_cache_report: bool = False  # SGLang: cached tokens in OpenAI usage
     disable_radix_cache: bool = False  # SGLang; vLLM's --no-enable-prefix-caching maps here
     enable_prompt_tokens_details: bool = False  # vLLM: cached tokens in OpenAI usage
+    # SGLang: batch-invariant kernels, so greedy outputs do not depend on the batch
+    enable_deterministic_inference: bool = False
     # Simulator-only knobs (``--sim-*``); real SGLang has none of these.
     sim_profile: str | None = None  # profile name or path to a profile JSON file
     sim_seed: int = 0
@@ -71,4 +73,6 @@ class ServerKnobs:
     sim_accept_scale: float = 1.0  # x the profile's speculative accept length
     sim_accuracy: float = 0.0  # share of the accuracy probe's items answered right (answers.py)
     sim_version: str | None = None  # SGLang (or vLLM) version the server reports
+    sim_diverge_share: float = 0.0  # share of prompts whose greedy answer changes (sim/greedy)
+    sim_nondeterminism: float = 0.0  # chance a greedy answer drifts (off when deterministic)
     unknown_args: tuple[str, ...] = field(default_factory=tuple)

@@ -203,6 +203,7 @@ class SimServer:
             if self.metrics is not None:
                 self.metrics.on_cached(cached, prompt_len)
         gen = Gen(st, len(st.gens), rid, prompt_len, max_new, cached)
+        gen.prompt_tokens = prompt.tokens
         if not st.internal:
             self.cached_by_rid[rid] = cached
             if len(self.cached_by_rid) > WRITE_TIMES_LIMIT:

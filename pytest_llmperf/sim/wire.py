@@ -85,6 +85,7 @@ class Gen:
         "meta_tail",
         "cached",
         "internal",
+        "prompt_tokens",
     )
 
     def __init__(
@@ -114,6 +115,7 @@ class Gen:
         )
         self.meta_tail = b',"cached_tokens":' + str(cached).encode() + b"}"
         self.internal = stream.internal
+        self.prompt_tokens: tuple[int | str, ...] = ()  # what a whole answer is drawn from
 
     def reported_cached(self) -> int:
         """Cached tokens for OpenAI usage: SGLang needs --enable-cache-report for them."""
@@ -145,13 +147,6 @@ class Gen:
             meta["spec_accept_token_num"] = accepted
             meta["spec_draft_token_num"] = proposed
         return meta
-
-    def native_dict(self) -> dict[str, Any]:
-        return {
-            "text": token_text(0, self.n),
-            "output_ids": [VOCAB_IDS[i % _V] for i in range(self.n)],
-            "meta_info": self.final_meta(),
-        }
 
 
 class StreamOwner(Protocol):

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from pytest_llmperf.sim.args import parse_args
+from pytest_llmperf.sim.greedy import ids_text
 from pytest_llmperf.sim.http_api import FLUSH_TEXT
 from pytest_llmperf.sim.server import READY_LINE, SimServer
 from pytest_llmperf.sim.wire import token_text
@@ -66,7 +67,11 @@ def test_generate_non_stream_defaults_and_text_prompt(make_server: MakeServer) -
     assert out["meta_info"]["completion_tokens"] == 128  # SGLang's max_new_tokens default
     assert out["meta_info"]["prompt_tokens"] == 4
     assert out["meta_info"]["id"] == "my-rid"
-    assert out["text"] == token_text(0, 128) and len(out["output_ids"]) == 128
+    # A whole answer is greedy: drawn from the prompt, the same for the same prompt.
+    assert out["text"] == ids_text(out["output_ids"]) and len(out["output_ids"]) == 128
+    again = post(s.url + "/generate", {"text": "one two  three\nfour"}).json()
+    other = post(s.url + "/generate", {"text": "one two three five"}).json()
+    assert again["output_ids"] == out["output_ids"] != other["output_ids"]
 
 
 def test_generate_batch_stream_has_index(make_server: MakeServer) -> None:
@@ -184,7 +189,8 @@ def test_completions_continuous_usage_and_non_stream(make_server: MakeServer) ->
     assert [e["usage"]["completion_tokens"] for e in events] == [1, 2, 3]
     out = post(s.url + "/v1/completions", {"prompt": "a b c"}).json()
     assert out["usage"]["completion_tokens"] == 16  # OpenAI max_tokens default
-    assert out["choices"][0]["text"] == token_text(0, 16)
+    native = post(s.url + "/generate", {"text": "a b c", "sampling_params": {"max_new_tokens": 16}})
+    assert out["choices"][0]["text"] == native.json()["text"]  # the same greedy answer
     assert out["choices"][0]["finish_reason"] == "length"
     assert out["object"] == "text_completion" and out["model"] == "default"
 
@@ -222,10 +228,11 @@ def test_chat_non_stream(make_server: MakeServer) -> None:
     assert out["object"] == "chat.completion"
     assert out["choices"][0]["message"] == {
         "role": "assistant",
-        "content": token_text(0, 5),
+        "content": out["choices"][0]["message"]["content"],
         "reasoning_content": None,
         "tool_calls": None,
     }
+    assert len(out["choices"][0]["message"]["content"].split()) == 5
     # 1 content word + 5 template tokens for the message + 5 constant, + 5 generated
     assert out["usage"]["completion_tokens"] == 5 and out["usage"]["total_tokens"] == 16
 
