@@ -15,6 +15,7 @@ import pytest
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.report.ab_table import ab_table
 from pytest_llmperf.run.ab import ABCheck, ABRun, ab_point
+from pytest_llmperf.run.options import RunOptions
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import CompareSpec
 from pytest_llmperf.verdicts.validity import ValidityPolicy
@@ -31,6 +32,7 @@ class ScriptedRun:
     def __init__(self, script: dict[tuple[str, int], list[float]]) -> None:
         self._next: dict[tuple[str, int], Iterator[float]] = {k: iter(v) for k, v in script.items()}
         self.calls: list[tuple[str, int]] = []
+        self.options = RunOptions(probes=0)  # these A/Bs judge speed; probes need a server
 
     def stop(self, config: str) -> None:
         pass
