@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from pytest_llmperf.cli import main
-from pytest_llmperf.history.records import PointKey
 from pytest_llmperf.history.store import HistoryStore
 from tests.sim_servers import running_sim
 
@@ -30,9 +29,22 @@ def test_sweep_appends_one_run(
         (row,) = store.runs()
         assert (row.source, row.points) == ("sweep", 2)
         assert row.hardware_key.startswith("sim-")
-        key = PointKey("cli", "sglang-in8-out6", 2, row.hardware_key)
-        (point,) = store.series(key, "output_throughput")
-        assert point.value > 0 and len(point.samples) == 1 and point.verdict is None
+        points = store.points(row.id)
+        assert [(p.config, p.workload_key, p.concurrency) for p in points] == [
+            ("cli", "sglang-in8-out6", 1),
+            ("cli", "sglang-in8-out6", 2),
+        ]
+        for point in points:
+            series = store.series(point.key, "output_throughput")
+            if point.valid:  # one sample per level, the value a trend reads
+                assert point.verdict is None and not point.invalid_reasons
+                assert [(s.value, s.samples) for s in series] == [
+                    (point.metrics["output_throughput"], point.samples["output_throughput"])
+                ]
+                assert series[0].value > 0 and len(series[0].samples) == 1
+            else:  # a level this loaded machine spoiled: its row and reasons, no numbers
+                assert point.verdict == "invalid" and point.invalid_reasons
+                assert series == [] and not point.metrics
 
 
 def test_an_unwritable_history_fails_the_sweep_naming_the_setting(
