@@ -31,6 +31,8 @@ EXIT_USAGE = 2  # bad flags (argparse's own convention)
 _MODEL_FLAGS = ("--model-path", "--model")
 
 Handler = Callable[[argparse.Namespace], int]
+# ``--history`` not given: LLMPERF_HISTORY decides, as for the plugin (``--history off`` wins).
+_HISTORY_FROM_ENV = object()
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -97,7 +99,7 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="with --launch: where the server log goes (default: a temp dir)",
     )
     own = frozenset(o for a in p._actions for o in a.option_strings if o != "--launch")
-    p.set_defaults(func=cmd_sweep, own_flags=own)
+    p.set_defaults(func=cmd_sweep, own_flags=own, history=_HISTORY_FROM_ENV)
 
 
 def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -357,7 +359,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _write_json(args.json, result)
         print(f"wrote {args.json}", file=sys.stderr)
     failed = sum(lv.failed for lv in result.levels)
+    if not _append_history(args, result):
+        return EXIT_FAILED
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _append_history(args: argparse.Namespace, result: SweepResult) -> bool:
+    """``--history`` (or LLMPERF_HISTORY): the sweep appended as one run; False when the
+    database could not be written (the message names the setting, never the password)."""
+    from pytest_llmperf.base.errors import LLMPerfError
+    from pytest_llmperf.base.values import parse_history
+    from pytest_llmperf.history.append import append_sweep
+
+    setting = args.history
+    if setting is _HISTORY_FROM_ENV:
+        setting = parse_history(os.environ.get("LLMPERF_HISTORY", ""))
+    if setting is None:
+        return True
+    try:
+        print(append_sweep(setting, result, Path.cwd()))
+    except LLMPerfError as e:
+        print(f"llmperf sweep: error: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -261,6 +261,16 @@ def parse_secret(text: Any) -> SecretStr:
     return SecretStr(value)
 
 
+def parse_history(text: Any) -> SecretStr | None:
+    """The history store: ``off`` (None), ``default`` (the SQLite file under the rootdir), a
+    file path or a database URL. Kept in a ``SecretStr``: a URL may carry a password, which
+    must not reach a report, a traceback's locals or a settings dump."""
+    value = text.get_secret_value() if isinstance(text, SecretStr) else str(text).strip()
+    if value.lower() in ("", "off", "false", "no", "0"):
+        return None
+    return SecretStr(value)
+
+
 def reveal(secret: SecretStr | str | None) -> str | None:
     """The plain value, for the one place that needs it (an Authorization header)."""
     return secret.get_secret_value() if isinstance(secret, SecretStr) else secret

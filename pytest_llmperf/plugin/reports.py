@@ -81,6 +81,9 @@ def finish(llm: LLMPerfSession, session: pytest.Session) -> None:
     llm.sweeps.sort(key=lambda s: order.index(s.config) if s.config in order else len(order))
     _flush_baselines(llm, session)
     llm.report_errors += write_reports(llm)
+    from pytest_llmperf.plugin.history import append_history
+
+    llm.history_lines = append_history(llm)
     if llm.settings["bisect"]:
         session.exitstatus = bisect_status(llm, session)
 
@@ -152,6 +155,7 @@ def summary_lines(llm: LLMPerfSession) -> list[str]:
     lines += [f"INVALID: {line}" for line in llm.invalid]
     lines += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
     lines += [f"baselines: {line}" for line in llm.baseline_lines]
+    lines += llm.history_lines
     lines += [f"WARNING: {line}" for line in llm.report_errors]
     lines.append(f"results: {llm.output_dir / 'results.json'}")
     if llm.settings["plots"]:

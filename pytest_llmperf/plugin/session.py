@@ -59,6 +59,7 @@ class LLMPerfSession:
     worker_payloads: list[dict[str, Any]] = field(default_factory=list)
     baseline_lines: list[str] = field(default_factory=list)
     report_errors: list[str] = field(default_factory=list)  # reports that could not be written
+    history_lines: list[str] = field(default_factory=list)  # the history store's append
     unmeasured: dict[str, str] = field(default_factory=dict)
     # What a kind collects that no shared table holds (A/B's points), by kind name.
     kind_results: dict[str, list[Any]] = field(default_factory=dict)

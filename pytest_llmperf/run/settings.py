@@ -30,6 +30,7 @@ from pytest_llmperf.base.values import (
     LOOP_LAG_P99_LIMIT_MS,
     parse_bool,
     parse_choice,
+    parse_history,
     parse_idle_timeout,
     parse_int,
     parse_levels,
@@ -282,6 +283,15 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "output_dir", parse_str, "llmperf-results", "where results JSON, server logs and plots go"
+    ),
+    Setting(
+        "history",
+        parse_history,
+        None,
+        "append this run's points, samples and verdicts to a history database: off (default), "
+        "default (.llmperf/history.sqlite under the rootdir), a SQLite file path or a database "
+        "URL (password from LLMPERF_HISTORY_PASSWORD; docs/history.md)",
+        sweep_flag="--history",
     ),
     Setting(
         "invalid",

@@ -23,11 +23,12 @@ LAYERS: dict[str, int] = {
     "sim": 1,
     "launch": 2,
     "verdicts": 3,
-    "report": 4,
-    "run": 5,
-    "plugin": 6,
-    "cli": 7,
-    "": 8,  # the package's __init__: the lazy public API over everything
+    "history": 4,
+    "report": 5,
+    "run": 6,
+    "plugin": 7,
+    "cli": 8,
+    "": 9,  # the package's __init__: the lazy public API over everything
 }
 PYTEST_ALLOWED = {"plugin"}
 MAX_LINES = 600

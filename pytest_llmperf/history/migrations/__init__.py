@@ -1,0 +1,1 @@
+"""Alembic migrations of the history database, run by ``HistoryStore.open``."""
