@@ -5,26 +5,34 @@ Two histories of ``--runs`` (30) pytest sessions of a one-point suite on the sim
 the undrifted speed per drifted run (``--sim-time-scale 1 / (1 - 0.02·k)``); the *unchanged*
 one never changes. Every run gets realistic run-to-run noise: a fresh launch speed
 (``--sim-launch-speed-sd``, 1.5 %) on top of what a busy machine does to a real-time server.
-Each run's p50-free ``output_throughput`` at the one level is read from its results.json and
-kept in ``--values`` (JSON; ``--reuse`` judges a kept file again without measuring).
+Each session appends itself to its history store (``--llmperf-history``, one SQLite file per
+history under ``--out``, its commit from ``LLMPERF_GIT_COMMIT``); the rule then reads the
+point's ``output_throughput`` series back from the store (kept in ``--out``/series.json:
+``--reuse`` judges it again without measuring). A run whose point was invalid (a client starved
+by a busy machine) leaves no value in the store, as in any real history.
 
 The drift rule (verdicts/drift.py) then judges each history. Printed: each run's verdict,
 the run the rule predicts the drift is declared at (``predicted_detection`` from the drift and
 the threshold the window gave at the drift's first run), the run it was declared at, the
 change point and bisect range, and the alarms in the unchanged history (there should be none).
 
-    python benchmarks/bench_drift.py [--runs 30] [--start 15] [--drift 0.02] [--values F]
+    python benchmarks/bench_drift.py [--runs 30] [--start 15] [--drift 0.02] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from pytest_llmperf.base.results import SweepResult
+from pytest_llmperf.history.records import PointKey
+from pytest_llmperf.history.store import HistoryStore
 from pytest_llmperf.verdicts.drift import (
     DriftRule,
     RunPoint,
@@ -55,54 +63,76 @@ def test_sweep(llmperf_point):
 """
 
 
-def measure(suite: Path, seed: int, time_scale: float, launch_sd: float) -> float:
-    """One pytest session of the suite; its point's output_throughput."""
-    flags = f"--sim-seed {seed} --sim-launch-speed-sd {launch_sd} --sim-time-scale {time_scale}"
+def measure(suite: Path, history: Path, commit: str, seed: int, scale: float, sd: float) -> bool:
+    """One pytest session of the suite, appended to ``history``; False when its point was
+    invalid (a starved client on a busy machine: the store keeps no value for it, as a real
+    history would not)."""
+    flags = f"--sim-seed {seed} --sim-launch-speed-sd {sd} --sim-time-scale {scale}"
     cmd = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--llmperf-update",
-        "--llmperf-baseline-repeat", "1", "--llmperf-sim-args", flags,
+        "--llmperf-baseline-repeat", "1", "--llmperf-history", str(history),
+        "--llmperf-sim-args", flags,
     ]  # fmt: skip
-    done = subprocess.run(cmd, cwd=suite, timeout=600, capture_output=True, text=True)
-    if done.returncode != 0:
+    env = {**os.environ, "LLMPERF_GIT_COMMIT": commit}
+    done = subprocess.run(cmd, cwd=suite, timeout=600, capture_output=True, text=True, env=env)
+    if done.returncode != 0 and "INVALID" not in done.stdout:
         raise SystemExit(f"run failed ({flags}):\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    return done.returncode == 0
+
+
+def key_of(suite: Path) -> PointKey:
     run = json.loads((suite / "llmperf-results" / "results.json").read_text())
-    level = next(lv for lv in run["sweeps"][0]["levels"] if lv["max_concurrency"] == LEVEL)
-    return float(level["output_throughput"])
+    sweep = SweepResult.model_validate(run["sweeps"][0])
+    return PointKey(sweep.config, sweep.workload.key(), LEVEL, run["hardware"])
 
 
-def simulate(args: argparse.Namespace) -> dict[str, list[float]]:
-    values: dict[str, list[float]] = {"drift": [], "unchanged": []}
+def simulate(args: argparse.Namespace, out: Path) -> dict[str, list[dict[str, object]]]:
+    """Both histories measured run by run (interleaved, so the machine's load hits both alike),
+    each in its own store; their series as the store gives them back."""
+    stores = {name: out / f"{name}.sqlite" for name in ("drift", "unchanged")}
+    for path in stores.values():
+        path.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         suite = Path(tmp)
         (suite / "llmperf.toml").write_text(SUITE)
         (suite / "test_perf.py").write_text(TEST)
         for i in range(1, args.runs + 1):
-            for name in values:
+            for name, store in stores.items():
                 k = max(0, i - args.start + 1) if name == "drift" else 0
-                scale = 1 / (1 - args.drift * k)
-                v = measure(suite, seed=1000 * (name == "drift") + i, time_scale=scale,
-                            launch_sd=args.launch_sd)  # fmt: skip
-                values[name].append(v)
-                print(f"  {name:9} run #{i:2}: time scale {scale:.3f} -> {v:.1f} tok/s", flush=True)
-    return values
+                scale = args.time_scale / (1 - args.drift * k)
+                commit = f"{name[0]}{i:02d}"
+                seed = 1000 * (name == "drift") + i
+                ok = measure(suite, store, commit, seed, scale, args.launch_sd)
+                state = "measured" if ok else "INVALID (not kept)"
+                print(f"  {name:9} run #{i:2}: time scale {scale:.3f} {state}", flush=True)
+        key = key_of(suite)
+    series: dict[str, list[dict[str, object]]] = {}
+    for name, path in stores.items():
+        with HistoryStore.open(str(path)) as db:
+            series[name] = [
+                {"commit": p.git_commit, "value": p.value, "run_id": p.run_id}
+                for p in db.series(key, "output_throughput")
+            ]
+    return series
 
 
-def judge(name: str, values: list[float], args: argparse.Namespace) -> dict[str, object]:
+def judge(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, object]:
     rule = DriftRule()
-    points = [
-        RunPoint(f"run #{i}", v, commit=f"{name[:1]}{i:02d}") for i, v in enumerate(values, 1)
-    ]
+    # the label is the simulated history's run number (its commit), so the printed runs are
+    # the ones the drift was applied to even where an invalid run left a gap
+    points = [RunPoint(f"run #{int(r['commit'][1:])}", r["value"], r["commit"]) for r in rows]
     subject = f"output_throughput at C={LEVEL} of plain ({name})"
     decisions = detect(points, "higher", rule, subject=subject, unit="tok/s")
     print(f"\n{name}:")
     for d in decisions:
         mark = " <- change point" if d.index in change_points(decisions) else ""
         print(f"  {d.point.label:8} {d.verdict.value:12} {d.sentence}{mark}")
-    declared = next((d.index + 1 for d in decisions if d.verdict is Verdict.FAIL), None)
+    declared = next((int(d.point.label[5:]) for d in decisions if d.verdict is Verdict.FAIL), None)
     alarms = sum(d.verdict is Verdict.FAIL for d in decisions)
     out: dict[str, object] = {"declared": declared, "fail_runs": alarms}
     if name == "drift":
-        at_start = decisions[args.start - 1].threshold or rule.floor
+        at = next(d for d in decisions if int(d.point.label[5:]) >= args.start)
+        at_start = at.threshold or rule.floor
         out["threshold_at_start"] = at_start
         out["predicted"] = predicted_detection(args.start, args.drift, at_start, rule.consecutive)
         br = bisect_range(points, decisions)
@@ -118,14 +148,20 @@ def main() -> int:
     ap.add_argument("--start", type=int, default=15, help="first drifted run (1-based)")
     ap.add_argument("--drift", type=float, default=0.02, help="slowdown per drifted run")
     ap.add_argument("--launch-sd", type=float, default=0.015, help="per-launch speed noise")
-    ap.add_argument("--values", type=Path, default=Path("drift_values.json"))
-    ap.add_argument("--reuse", action="store_true", help="judge --values without measuring")
+    ap.add_argument(
+        "--time-scale", type=float, default=4.0, help="the undrifted --sim-time-scale: a slower "
+        "model keeps a busy machine's client lag small next to TTFT and ITL",
+    )  # fmt: skip
+    ap.add_argument("--out", type=Path, default=Path("drift-bench"), help="stores and series")
+    ap.add_argument("--reuse", action="store_true", help="judge --out's series again")
     args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    kept = args.out / "series.json"
     if args.reuse:
-        values = json.loads(args.values.read_text())
+        values = json.loads(kept.read_text())
     else:
-        values = simulate(args)
-        args.values.write_text(json.dumps(values, indent=1))
+        values = simulate(args, args.out)
+        kept.write_text(json.dumps(values, indent=1))
     drift = judge("drift", values["drift"], args)
     flat = judge("unchanged", values["unchanged"], args)
     print(
@@ -133,6 +169,10 @@ def main() -> int:
         f"#{args.start} {100 * float(drift['threshold_at_start']):.1f} % -> predicted "  # type: ignore[arg-type]
         f"declaration at run #{drift['predicted']}, declared at run #{drift['declared']}; "
         f"bisect runs {drift.get('bisect')} ({drift.get('bisect_command')})"
+    )
+    print(
+        f"kept runs: drift {len(values['drift'])}/{args.runs}, "
+        f"unchanged {len(values['unchanged'])}/{args.runs} (the rest were invalid)"
     )
     print(f"unchanged: {flat['fail_runs']} regression verdicts in {args.runs} runs")
     ok = drift["declared"] is not None and flat["fail_runs"] == 0
