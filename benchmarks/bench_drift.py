@@ -7,9 +7,10 @@ one never changes. Every run gets realistic run-to-run noise: a fresh launch spe
 (``--sim-launch-speed-sd``, 1.5 %) on top of what a busy machine does to a real-time server.
 Each session appends itself to its history store (``--llmperf-history``, one SQLite file per
 history under ``--out``, its commit from ``LLMPERF_GIT_COMMIT``); the rule then reads the
-point's ``output_throughput`` series back from the store (kept in ``--out``/series.json:
-``--reuse`` judges it again without measuring). A run the busy machine starved the client of is
-measured again (``TRIES``); one still invalid leaves no value in the store, as in any history.
+point's ``output_throughput`` series back from the store (also written to
+``--out``/series.json; ``--reuse`` judges the stores again without measuring). A run the busy
+machine starved the client of is measured again (``TRIES``); one still invalid leaves no value
+in the store, as in any history.
 
 The drift rule (verdicts/drift.py) then judges each history. Printed: each run's verdict,
 the run the rule predicts the drift is declared at (``predicted_detection`` from the drift and
@@ -30,7 +31,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.history.records import PointKey
 from pytest_llmperf.history.store import HistoryStore
 from pytest_llmperf.verdicts.drift import (
@@ -54,8 +54,8 @@ args = []
 [sweep]
 levels = [{LEVEL}]
 input_len = 64
-output_len = 128
-requests = 32
+output_len = 64
+requests = 16
 metrics = ["output_throughput"]
 """
 TEST = """
@@ -85,10 +85,21 @@ def measure(suite: Path, history: Path, commit: str, seed: int, scale: float, sd
     return False
 
 
-def key_of(suite: Path) -> PointKey:
-    run = json.loads((suite / "llmperf-results" / "results.json").read_text())
-    sweep = SweepResult.model_validate(run["sweeps"][0])
-    return PointKey(sweep.config, sweep.workload.key(), LEVEL, run["hardware"])
+def stored_series(out: Path) -> dict[str, list[dict[str, object]]]:
+    """Each history's series of the one point as its store gives it back (oldest first)."""
+    series: dict[str, list[dict[str, object]]] = {}
+    for name in ("drift", "unchanged"):
+        with HistoryStore.open(str(out / f"{name}.sqlite")) as db:
+            runs = db.runs(limit=1)
+            if not runs:
+                raise SystemExit(f"{out / name}.sqlite holds no run")
+            where = runs[0].provenance["servers"]["plain"]
+            key = PointKey("plain", where["workload"], LEVEL, where["hardware_key"])
+            series[name] = [
+                {"commit": p.git_commit, "value": p.value, "run_id": p.run_id}
+                for p in db.series(key, "output_throughput")
+            ]
+    return series
 
 
 def simulate(args: argparse.Namespace, out: Path) -> dict[str, list[dict[str, object]]]:
@@ -110,15 +121,7 @@ def simulate(args: argparse.Namespace, out: Path) -> dict[str, list[dict[str, ob
                 ok = measure(suite, store, commit, seed, scale, args.launch_sd)
                 state = "measured" if ok else "INVALID (not kept)"
                 print(f"  {name:9} run #{i:2}: time scale {scale:.3f} {state}", flush=True)
-        key = key_of(suite)
-    series: dict[str, list[dict[str, object]]] = {}
-    for name, path in stores.items():
-        with HistoryStore.open(str(path)) as db:
-            series[name] = [
-                {"commit": p.git_commit, "value": p.value, "run_id": p.run_id}
-                for p in db.series(key, "output_throughput")
-            ]
-    return series
+    return stored_series(out)
 
 
 def judge(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, object]:
@@ -158,15 +161,13 @@ def main() -> int:
         "model keeps a busy machine's client lag small next to TTFT and ITL",
     )  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("drift-bench"), help="stores and series")
-    ap.add_argument("--reuse", action="store_true", help="judge --out's series again")
+    ap.add_argument(
+        "--reuse", action="store_true", help="judge the stores in --out again, measuring nothing"
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    kept = args.out / "series.json"
-    if args.reuse:
-        values = json.loads(kept.read_text())
-    else:
-        values = simulate(args, args.out)
-        kept.write_text(json.dumps(values, indent=1))
+    values = stored_series(args.out) if args.reuse else simulate(args, args.out)
+    (args.out / "series.json").write_text(json.dumps(values, indent=1))
     drift = judge("drift", values["drift"], args)
     flat = judge("unchanged", values["unchanged"], args)
     print(

@@ -3,7 +3,8 @@
 ``llmperf sweep`` measures a server (``--url``) or one it launches (``--launch [flags...]``)
 and prints the table SGLang users already read in their own benchmark scripts. The
 ``merge`` and ``compare`` subcommands belong to
-``pytest_llmperf.report.results_file`` and are wired in by ``_add_runfile_commands``.
+``pytest_llmperf.report.results_file`` and are wired in by ``_add_runfile_commands``;
+``history`` belongs to ``pytest_llmperf.report.history_cli``.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_command(sub)
     _add_runfile_commands(sub)
     _add_calibrate_command(sub)
+    from pytest_llmperf.report.history_cli import add_history_parser
+
+    add_history_parser(sub)  # llmperf history list/show: the history database and its trends
     return parser
 
 

@@ -11,10 +11,11 @@ pytorch's HUD, Bencher and Conbench do:
   series there (``llmperf history show --since RUN``).
 * **insufficient data** fewer than ``min_runs`` (5) runs in the window: ``inconclusive``.
 * **threshold** from the window's spread: the one-sided Student-t prediction band that one more
-  run of the window's distribution stays inside with probability ``1 - alpha`` (0.999),
-  ``t(1 - alpha, n - 1) · s · sqrt(1 + 1/n)`` relative to the window's mean (4.5 s for a full
-  window of 10, 7.2 s for 5 runs), never below ``floor`` (2 %): a window that happens to be
-  flat must not flag a 0.1 % wobble.
+  run of the window's distribution stays inside with probability about ``1 - alpha`` (0.999),
+  ``t(1 - alpha, n - 2) · s · sqrt(1 + 1/n)`` relative to the window's mean (4.7 s for a full
+  window of 10, 11.2 s for 5 runs), never below ``floor`` (2 %): a window that happens to be
+  flat must not flag a 0.1 % wobble. ``s``, one run's spread, comes from the differences of
+  successive runs (``band``), which a drift inside the window does not widen.
 * **bad** the run's deficit to the window's mean (oriented by the metric's direction, positive
   is worse; ``stats.deficit``) is above the threshold. Improvements are never bad.
 * **regression** ``consecutive`` (2) bad runs in a row: ``fail``. A lone bad run is
@@ -23,13 +24,12 @@ pytorch's HUD, Bencher and Conbench do:
 The **change point** of a regression is the first bad run of its streak; ``git bisect``'s
 range is the last good run's commit to the change point's.
 
-Expected behaviour: a drift of ``r`` per run whose first drifted run is ``s`` is bad from the
-first run whose accumulated deficit exceeds the threshold ``T``, ``s + floor(T / r)``, and
-declared ``consecutive - 1`` runs later (``predicted_detection``); the drift's last good runs
-sit in the window and pull its mean their way, and noise moves the crossing, so the actual run
-can be one later or earlier. With no change (Gaussian noise, any σ) a run is bad with
-probability about ``alpha`` (0.1 %; the floor makes it smaller) and a regression, two bad
-runs in a row, is declared at about 4e-5 per run: under 0.2 % over a 30-run history
+Expected behaviour: a drift of ``r`` per run is bad from the first run whose deficit to the
+window's mean (which follows the drift's earlier, still good runs a little) exceeds the
+threshold, and declared ``consecutive - 1`` runs later (``predicted_detection``); noise moves
+the crossing by a run or two. With no change (Gaussian noise, any σ) a run is bad with
+probability about 0.1-0.2 % (``alpha``; the floor makes it smaller) and a regression, two bad
+runs in a row, is declared at about 1e-4 per run: about 0.3 % over a 30-run history
 (tests/verdicts/test_drift.py measures both on flat series).
 """
 
@@ -65,12 +65,18 @@ __all__ = [
 
 def band(rule: DriftRule, values: Sequence[float]) -> float:
     """The relative distance below (or above) the window's mean that one more run of the same
-    distribution passes with probability ``1 - alpha``: the one-sided Student-t prediction
-    interval ``t(1 - alpha, n - 1) · s · sqrt(1 + 1/n)``, relative to the mean."""
+    distribution passes with probability about ``1 - alpha``: the one-sided Student-t
+    prediction interval ``t(1 - alpha, n - 2) · s · sqrt(1 + 1/n)``, relative to the mean,
+    where ``s`` is the spread of one run estimated from the differences of successive runs
+    (``stdev(diff) / sqrt(2)``, in run order). A slow drift inside the window shifts every
+    difference alike and so leaves ``s`` alone, where the plain stdev of the values would grow
+    with it and widen the band as fast as the drift moves: a 2 %-a-run drift would then never
+    leave it."""
     n = len(values)
     mean = statistics.fmean(values)
-    s = statistics.stdev(values) / abs(mean)
-    return _critical(rule.alpha, n - 1) * s * math.sqrt(1 + 1 / n)
+    diffs = [b - a for a, b in zip(values, values[1:], strict=False)]
+    s = statistics.stdev(diffs) / math.sqrt(2) / abs(mean)
+    return _critical(rule.alpha, n - 2) * s * math.sqrt(1 + 1 / n)
 
 
 @lru_cache(maxsize=256)
@@ -87,11 +93,11 @@ class DriftRule:
     floor: float = 0.02
 
     def __post_init__(self) -> None:
-        if self.window < 2:
-            raise InputError(f"history window must be at least 2 runs, got {self.window}")
-        if not 2 <= self.min_runs <= self.window:
+        if self.window < 3:
+            raise InputError(f"history window must be at least 3 runs, got {self.window}")
+        if not 3 <= self.min_runs <= self.window:
             raise InputError(
-                f"history min_runs must be between 2 and the window ({self.window}), "
+                f"history min_runs must be between 3 and the window ({self.window}), "
                 f"got {self.min_runs}"
             )
         if self.consecutive < 1:
@@ -303,13 +309,21 @@ def bisect_range(
 
 
 def predicted_detection(
-    start: int, drift_per_run: float, threshold: float, consecutive: int = 2
+    start: int, drift_per_run: float, threshold: float, consecutive: int = 2, window: int = 10
 ) -> int:
     """The run at which a drift of ``drift_per_run`` (relative, > 0) from run ``start`` (its
-    first drifted run, deficit ``drift_per_run``) is declared, the window's mean taken as the
-    undrifted level: first bad run ``start + ceil(threshold / drift) - 1`` (exceeding, so an
-    exact multiple needs one more), plus ``consecutive - 1``."""
+    first drifted run) is declared, noise aside. The j-th drifted run is ``r·j`` below the
+    undrifted level, and the window's mean has followed the drifted runs before it that were
+    not bad: ``d_j = r·j - r·j(j-1)/(2·window)`` while they fit in the window. The first ``j``
+    with ``d_j > threshold`` is the first bad run; from it on the window keeps its runs (bad
+    runs stay out), and the regression is declared ``consecutive - 1`` runs later."""
     if drift_per_run <= 0:
         raise ValueError("drift_per_run must be > 0")
-    steps = math.floor(threshold / drift_per_run) + 1
-    return start + steps - 1 + consecutive - 1
+    r = drift_per_run
+    for j in range(1, window + 1):
+        if r * j - r * j * (j - 1) / (2 * window) > threshold:
+            return start + j - 1 + consecutive - 1
+    raise ValueError(
+        f"a drift of {100 * r:g} % a run never leaves a {100 * threshold:g} % threshold "
+        f"while the {window}-run window follows it"
+    )

@@ -131,3 +131,20 @@ def test_rule_settings_are_checked() -> None:
         DriftRule(window=4, min_runs=5)
     with pytest.raises(InputError, match="window"):
         DriftRule(window=1)
+
+
+def test_a_slow_drift_cannot_hide_in_a_window_that_follows_it() -> None:
+    """2 % a run from run 15 under 1 % run-to-run noise: a band from the values' own stdev
+    widens with the drift and never lets go of it; the successive-difference spread does not.
+    Declared in every history, never before the drift, around the predicted run."""
+    declared = []
+    for seed in range(300):
+        pts = drifting(30, 15, 0.02, 0.01, seed=seed)
+        ds = detect(pts, "higher")
+        first = next((d.index + 1 for d in ds if d.verdict is Verdict.FAIL), None)
+        assert first is not None and first > 15, (seed, first)
+        declared.append(first)
+    # a full window's threshold under 1 % noise is about 4.7 %
+    predicted = predicted_detection(15, 0.02, 0.047)
+    assert predicted == 18
+    assert abs(sorted(declared)[len(declared) // 2] - predicted) <= 1
