@@ -168,8 +168,8 @@ def _show(args: argparse.Namespace) -> int:
     for s, dec in zip(series, decisions, strict=True):
         mark = "  <- change point" if dec.index in cps else ""
         commit = (s.git_commit or "-")[:12]
-        print(f"  run #{s.run_id:<5} {commit:12} {fmt_num(s.value):>8} {dec.verdict.value:12}"
-              f"{mark}\n      {dec.sentence}")  # fmt: skip
+        head = f"  run #{s.run_id:<5} {commit:12} {fmt_num(s.value):>8} {dec.verdict.value}"
+        print(f"{head}{mark}\n      {dec.sentence}")
     if args.plot is not None:
         plot_series(points, decisions, args.plot, f"{subject} [{d.unit}]")
         print(f"plot: {args.plot}")
