@@ -25,15 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_llmperf.history.records import PointKey
 from pytest_llmperf.history.store import HistoryStore
 from pytest_llmperf.verdicts.drift import (
+    BisectRange,
     DriftRule,
     RunPoint,
     bisect_range,
@@ -124,7 +127,17 @@ def simulate(args: argparse.Namespace, out: Path) -> dict[str, list[dict[str, ob
     return stored_series(out)
 
 
-def judge(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, object]:
+@dataclass
+class Judged:
+    declared: int | None  # the first run judged a regression
+    fail_runs: int
+    bad_runs: int  # runs beyond the threshold (a lone one is inconclusive)
+    noise: float  # run-to-run relative stdev of the runs before the drift
+    thresholds: list[float] = field(default_factory=list)  # each drifted run's until declared
+    bisect: BisectRange | None = None
+
+
+def judge(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -> Judged:
     rule = DriftRule()
     # the label is the simulated history's run number (its commit), so the printed runs are
     # the ones the drift was applied to even where an invalid run left a gap
@@ -135,19 +148,21 @@ def judge(name: str, rows: list[dict[str, Any]], args: argparse.Namespace) -> di
     for d in decisions:
         mark = " <- change point" if d.index in change_points(decisions) else ""
         print(f"  {d.point.label:8} {d.verdict.value:12} {d.sentence}{mark}")
-    declared = next((int(d.point.label[5:]) for d in decisions if d.verdict is Verdict.FAIL), None)
-    alarms = sum(d.verdict is Verdict.FAIL for d in decisions)
-    out: dict[str, object] = {"declared": declared, "fail_runs": alarms}
-    if name == "drift":
-        at = next(d for d in decisions if int(d.point.label[5:]) >= args.start)
-        at_start = at.threshold or rule.floor
-        out["threshold_at_start"] = at_start
-        out["predicted"] = predicted_detection(args.start, args.drift, at_start, rule.consecutive)
-        br = bisect_range(points, decisions)
-        if br is not None:
-            out["bisect"] = [p.label for p in br.between]
-            out["bisect_command"] = br.command()
-    return out
+    number = {d.index: int(d.point.label[5:]) for d in decisions}
+    declared = next((number[d.index] for d in decisions if d.verdict is Verdict.FAIL), None)
+    before = [p.value for p in points if int(p.label[5:]) < args.start]
+    return Judged(
+        declared=declared,
+        fail_runs=sum(d.verdict is Verdict.FAIL for d in decisions),
+        bad_runs=sum(d.bad for d in decisions),
+        noise=statistics.stdev(before) / statistics.fmean(before),
+        thresholds=[
+            d.threshold
+            for d in decisions
+            if d.threshold is not None and args.start <= number[d.index] <= (declared or args.runs)
+        ],
+        bisect=bisect_range(points, decisions),
+    )
 
 
 def main() -> int:
@@ -170,18 +185,37 @@ def main() -> int:
     (args.out / "series.json").write_text(json.dumps(values, indent=1))
     drift = judge("drift", values["drift"], args)
     flat = judge("unchanged", values["unchanged"], args)
+    rule = DriftRule()
+
+    def predicted(threshold: float) -> str:
+        run = predicted_detection(args.start, args.drift, threshold, rule.consecutive, rule.window)
+        return f"#{run} at {100 * threshold:.1f} %"
+
     print(
-        f"\ndrift {100 * args.drift:g} %/run from run #{args.start}: threshold at run "
-        f"#{args.start} {100 * float(drift['threshold_at_start']):.1f} % -> predicted "  # type: ignore[arg-type]
-        f"declaration at run #{drift['predicted']}, declared at run #{drift['declared']}; "
-        f"bisect runs {drift.get('bisect')} ({drift.get('bisect_command')})"
+        f"\nrun-to-run noise before run #{args.start}: drift series {100 * drift.noise:.1f} %, "
+        f"unchanged series {100 * flat.noise:.1f} %"
     )
+    ts = drift.thresholds
+    print(
+        f"drift {100 * args.drift:g} %/run from run #{args.start}: predicted declaration "
+        f"{predicted(ts[0])} (the threshold at run #{args.start}); the threshold moved "
+        f"between {100 * min(ts):.1f} and {100 * max(ts):.1f} % until declared: "
+        f"{predicted(min(ts))} .. {predicted(max(ts))}; declared at run #{drift.declared}"
+    )
+    if drift.bisect is not None:
+        br = drift.bisect
+        print(
+            f"change point {br.bad.label}; bisect {[p.label for p in br.between]} ({br.command()})"
+        )
     print(
         f"kept runs: drift {len(values['drift'])}/{args.runs}, "
         f"unchanged {len(values['unchanged'])}/{args.runs} (the rest were invalid)"
     )
-    print(f"unchanged: {flat['fail_runs']} regression verdicts in {args.runs} runs")
-    ok = drift["declared"] is not None and flat["fail_runs"] == 0
+    print(
+        f"unchanged: {flat.fail_runs} regression verdicts, {flat.bad_runs} lone bad runs "
+        f"in {args.runs} runs"
+    )
+    ok = drift.declared is not None and flat.fail_runs == 0
     return 0 if ok else 1
 
 
