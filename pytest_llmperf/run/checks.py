@@ -238,8 +238,8 @@ class PointCheck:
             confirm = pc.verdict == Verdict.FAIL and rerun == 0
             if self.update or (pc.verdict != Verdict.INCONCLUSIVE and not confirm):
                 break
-            if self.history is not None and pc.verdict == Verdict.INCONCLUSIVE:
-                break  # a short history or a first bad run: the next run settles it, not this
+            if pc.verdict == Verdict.INCONCLUSIVE and not pc.rerun:
+                break  # against its history: the next run settles it, not more samples
             if not confirm and not self.run.can_relaunch(self.config) and _needs_launches(pc):
                 break  # more samples of this launch cannot narrow a launch-noise margin
             try:

@@ -86,7 +86,9 @@ class HistoryJudge:
     ) -> PointComparison:
         """Validity as ``compare_point`` has it, then each metric's drift decision."""
         c = samples[0].max_concurrency
-        point = PointComparison(config, c, workload.key(), Verdict.PASS, attached=attached)
+        point = PointComparison(
+            config, c, workload.key(), Verdict.PASS, attached=attached, reference="history"
+        )
         valid: list[LevelResult] = []
         for lv in samples:
             reasons = check_level(lv, workload, policy)

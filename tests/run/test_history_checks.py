@@ -12,6 +12,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.results import LevelResult
 from pytest_llmperf.history.records import PointRecord, RunRecord
 from pytest_llmperf.history.store import HistoryStore
+from pytest_llmperf.report.tables import _verdict
 from pytest_llmperf.run.history_checks import HistoryJudge, history_judge
 from pytest_llmperf.verdicts.drift import DriftRule
 from pytest_llmperf.verdicts.verdict import Verdict
@@ -82,3 +83,14 @@ def test_history_judge_settings(tmp_path: Path) -> None:
         history_judge("history", None, 10, tmp_path)
     with pytest.raises(InputError, match="history_window = 3"):
         history_judge("history", "default", 3, tmp_path)
+
+
+def test_an_inconclusive_point_against_history_asks_for_no_rerun(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    _store(db, STEADY[:2])
+    pc = HistoryJudge(str(db), tmp_path, DriftRule()).compare(
+        "plain", [make_level(4, 1000.0)], workload=WORKLOAD, hardware_key=HW
+    )
+    assert pc.verdict is Verdict.INCONCLUSIVE and pc.reference == "history"
+    assert not pc.rerun
+    assert _verdict(pc) == "inconclusive"
