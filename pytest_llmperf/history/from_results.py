@@ -3,7 +3,9 @@
 Each point keeps the judged value of every metric of every valid sample (the first sample and
 its repeats, ``SweepResult.samples``); an invalid sample's numbers describe the client or a
 broken level, not the server, so a trend must not see them. The point's value is the one its
-comparison judged where there was one, else the median of its samples.
+comparison judged where there was one, else the median of its samples. A point nothing judged
+is ``invalid`` when none of its samples is valid (its row and reasons are kept, its numbers
+not), else has no verdict.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ def _point(
         workload_key=sweep.workload.key(),
         concurrency=c,
         hardware_key=hardware_key,
-        verdict=None if judged is None else judged.verdict.value,
+        verdict=judged.verdict.value if judged else (None if valid else Verdict.INVALID.value),
         valid=valid,
         metrics=metrics,
         samples={name: tuple(xs) for name, xs in samples.items()},

@@ -33,6 +33,7 @@ from pytest_llmperf.base.redaction import redact
 from pytest_llmperf.history import schema
 from pytest_llmperf.history.records import (
     PointKey,
+    PointRecord,
     RunRecord,
     RunRow,
     SeriesPoint,
@@ -239,6 +240,45 @@ class HistoryStore:
                 verdict=row[5],
             )
             for row in reversed(rows)
+        ]
+
+    def points(self, run_id: int) -> list[PointRecord]:
+        """The points of run ``run_id`` as appended (config, then C), each with its metrics'
+        values and samples."""
+        p, v = schema.points, schema.values
+        with self._errors("reading points"), self._engine.connect() as conn:
+            rows = (
+                conn.execute(
+                    select(p)
+                    .where(p.c.run_id == run_id)
+                    .order_by(p.c.config, p.c.concurrency, p.c.id)
+                )
+                .mappings()
+                .all()
+            )
+            ids = [row["id"] for row in rows]
+            vals = (
+                conn.execute(select(v).where(v.c.point_id.in_(ids))).mappings().all() if ids else []
+            )
+        by_point: dict[int, list[Any]] = {}
+        for val in vals:
+            by_point.setdefault(val["point_id"], []).append(val)
+        return [
+            PointRecord(
+                config=row["config"],
+                workload_key=row["workload_key"],
+                concurrency=row["concurrency"],
+                hardware_key=row["hardware_key"],
+                verdict=row["verdict"],
+                valid=bool(row["valid"]),
+                metrics={m["metric"]: float(m["value"]) for m in by_point.get(row["id"], [])},
+                samples={
+                    m["metric"]: tuple(float(x) for x in m["samples"] or ())
+                    for m in by_point.get(row["id"], [])
+                },
+                invalid_reasons=tuple(row["invalid_reasons"] or ()),
+            )
+            for row in rows
         ]
 
     # -- errors ----------------------------------------------------------------------------

@@ -43,6 +43,9 @@ def test_round_trip_runs_and_series(tmp_path: Path) -> None:
         assert [p.value for p in store.series(key, "output_throughput", limit=2)] == [401, 402]
         assert store.series(PointKey("mtp", WORKLOAD, 4, "other-hw"), "output_throughput") == []
         assert store.series(key, "no_such_metric") == []
+        stored = store.points(ids[0])
+        assert stored == sorted(make_run(0, 0).points, key=lambda p: (p.config, p.concurrency))
+        assert store.points(10_000) == []
 
 
 def test_a_retried_append_stores_nothing_twice(tmp_path: Path) -> None:
