@@ -3,7 +3,8 @@
 ``llmperf sweep`` measures a server (``--url``) or one it launches (``--launch [flags...]``)
 and prints the table SGLang users already read in their own benchmark scripts. The
 ``merge`` and ``compare`` subcommands belong to
-``pytest_llmperf.report.results_file`` and are wired in by ``_add_runfile_commands``.
+``pytest_llmperf.report.results_file`` and are wired in by ``_add_runfile_commands``;
+``history`` belongs to ``pytest_llmperf.report.history_cli``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from pytest_llmperf.base.results import Mode, SweepResult, Workload
-from pytest_llmperf.base.values import argparse_type, parse_positive_float, parse_positive_int
+from pytest_llmperf.base.values import (
+    argparse_type,
+    parse_history,
+    parse_positive_float,
+    parse_positive_int,
+)
 from pytest_llmperf.core.sweep import Progress, SweepError, run_sweep
 from pytest_llmperf.report.tables import level_table
 from pytest_llmperf.run.settings import SETTINGS, WORKLOAD_FIELDS
@@ -31,8 +37,6 @@ EXIT_USAGE = 2  # bad flags (argparse's own convention)
 _MODEL_FLAGS = ("--model-path", "--model")
 
 Handler = Callable[[argparse.Namespace], int]
-# ``--history`` not given: LLMPERF_HISTORY decides, as for the plugin (``--history off`` wins).
-_HISTORY_FROM_ENV = object()
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -48,6 +52,14 @@ _WORKLOAD_GROUP = frozenset(
 )
 
 
+# ``--history off`` given: it beats LLMPERF_HISTORY, so it must differ from "not given" (None).
+HISTORY_OFF = "off"
+
+
+def _history_flag(text: str) -> object:
+    return parse_history(text) or HISTORY_OFF
+
+
 def _add_setting_flags(p: argparse.ArgumentParser) -> None:
     w = p.add_argument_group("workload (docs/workloads.md)")
     for s in SETTINGS:
@@ -61,8 +73,9 @@ def _add_setting_flags(p: argparse.ArgumentParser) -> None:
         if s.flag:
             target.add_argument(*flags, dest=s.name, action="store_true", help=help_text)
         else:
+            parse = _history_flag if s.name == "history" else s.parse
             target.add_argument(
-                *flags, dest=s.name, type=argparse_type(s.parse), default=s.default, help=help_text
+                *flags, dest=s.name, type=argparse_type(parse), default=s.default, help=help_text
             )
 
 
@@ -99,7 +112,7 @@ def _add_sweep_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="with --launch: where the server log goes (default: a temp dir)",
     )
     own = frozenset(o for a in p._actions for o in a.option_strings if o != "--launch")
-    p.set_defaults(func=cmd_sweep, own_flags=own, history=_HISTORY_FROM_ENV)
+    p.set_defaults(func=cmd_sweep, own_flags=own)
 
 
 def _add_runfile_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -125,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_command(sub)
     _add_runfile_commands(sub)
     _add_calibrate_command(sub)
+    from pytest_llmperf.report.history_cli import add_history_parser
+
+    add_history_parser(sub)  # llmperf history list/show: the history database and its trends
     return parser
 
 
@@ -383,12 +399,12 @@ def _append_history(args: argparse.Namespace, result: SweepResult) -> bool:
     """``--history`` (or LLMPERF_HISTORY): the sweep appended as one run; False when the
     database could not be written (the message names the setting, never the password)."""
     from pytest_llmperf.base.errors import LLMPerfError
-    from pytest_llmperf.base.values import parse_history
     from pytest_llmperf.history.append import append_sweep
 
-    setting = args.history
-    if setting is _HISTORY_FROM_ENV:
-        setting = parse_history(os.environ.get("LLMPERF_HISTORY", ""))
+    if args.history == HISTORY_OFF:
+        return True
+    # Not given: LLMPERF_HISTORY decides, as for the plugin.
+    setting = args.history or parse_history(os.environ.get("LLMPERF_HISTORY", ""))
     if setting is None:
         return True
     try:

@@ -34,6 +34,7 @@ from pytest_llmperf.run.busy import (
     skip_message,
     throttle_note,
 )
+from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
@@ -148,6 +149,7 @@ class PointCheck:
     on_busy: OnBusy | None = None  # a point the machine was too busy to measure (run/busy.py)
     adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
+    history: HistoryJudge | None = None  # judge_against = history: the window of earlier runs
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
@@ -216,6 +218,16 @@ class PointCheck:
         entry = self.store.get(self.key)
 
         def judge() -> PointComparison:
+            if self.history is not None:
+                return self.history.compare(
+                    self.config,
+                    self.samples,
+                    workload=self.workload,
+                    hardware_key=self.run.hardware_for(self.config),
+                    metrics=self.metrics,
+                    policy=self.policy,
+                    attached=self.run.mode_for(self.config) == "attached",
+                )
             return compare_point(
                 self.config,
                 self.samples,
@@ -235,6 +247,8 @@ class PointCheck:
             confirm = pc.verdict == Verdict.FAIL and rerun == 0
             if self.update or (pc.verdict != Verdict.INCONCLUSIVE and not confirm):
                 break
+            if pc.verdict == Verdict.INCONCLUSIVE and not pc.rerun:
+                break  # against its history: the next run settles it, not more samples
             if not confirm and not self.run.can_relaunch(self.config) and _needs_launches(pc):
                 break  # more samples of this launch cannot narrow a launch-noise margin
             try:

@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 from pytest_llmperf.base.errors import InputError
 
-__all__ = ["SUITE", "SUITE_TABLE", "TEST", "Setting", "SettingError"]
+__all__ = ["SUITE", "SUITE_TABLE", "TEST", "WORKLOAD_FIELDS", "Setting", "SettingError"]
 
 
 class SettingError(InputError):
@@ -75,3 +75,28 @@ class _Where(TypedDict, total=False):
 # environment and ini file, the dataclass's defaults).
 SUITE: _Where = {"cli": False, "env": False, "ini": False, "suite": True}
 TEST: _Where = {**SUITE, "marker": True}  # ... and what one test may override
+
+
+# The settings a ``Workload`` is made of: setting name -> Workload field (``run/settings.py``
+# declares them). Each field runs the
+# setting's parser (base/results.py), so their bounds cannot differ.
+WORKLOAD_FIELDS: dict[str, str] = {
+    "backend": "backend",
+    "input_len": "input_len",
+    "output_len": "output_len",
+    "seed": "seed",
+    "requests": "requests_per_level",
+    "request_timeout": "request_timeout_s",
+    "idle_timeout": "idle_timeout_s",
+    "request_rate": "request_rate",
+    "openai_extensions": "openai_extensions",
+    "workload": "kind",
+    "prefix_len": "prefix_len",
+    "prefix_groups": "prefix_groups",
+    "range_ratio": "range_ratio",
+    "range_convention": "range_convention",
+    "dataset": "dataset",
+    "dataset_output_len": "dataset_output_len",
+    "turns": "turns",
+    "think_time": "think_time_s",
+}

@@ -41,7 +41,13 @@ from pytest_llmperf.base.values import (
     parse_token_count,
     parse_tolerances,
 )
-from pytest_llmperf.run.setting import SUITE_TABLE, TEST, Setting, SettingError
+from pytest_llmperf.run.setting import (
+    SUITE_TABLE,
+    TEST,
+    WORKLOAD_FIELDS,
+    Setting,
+    SettingError,
+)
 from pytest_llmperf.run.test_settings import TEST_SETTINGS
 
 __all__ = [
@@ -197,6 +203,22 @@ SETTINGS: tuple[Setting, ...] = (
         "none",
         "launch: also judge each point with its launch's speed removed (every launch measures "
         "the whole sweep; needs 3+ levels): for boxes where each launch runs at its own speed",
+        **TEST,
+    ),
+    Setting(
+        "judge_against",
+        parse_choice("baseline", "history"),
+        "baseline",
+        "what a point is judged against: the baseline file, or the window of earlier runs in "
+        "the history database (needs history; the drift rule, docs/drift.md)",
+        **TEST,
+    ),
+    Setting(
+        "history_window",
+        parse_positive_int,
+        10,
+        "judge_against = history: how many earlier good runs the window holds (at least 5, "
+        "the fewest it judges on; docs/drift.md)",
         **TEST,
     ),
     Setting(
@@ -379,29 +401,6 @@ MARKER_KEYS: frozenset[str] = frozenset(s.name for s in SETTINGS if s.marker)
 SUITE_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.suite)
 # Marker keys that are not settings: which configs and gates a test applies to.
 MARKER_SELECTORS: frozenset[str] = frozenset({"configs", "gates"})
-
-# The settings a ``Workload`` is made of: setting name -> Workload field. Each field runs the
-# setting's parser (base/results.py), so their bounds cannot differ.
-WORKLOAD_FIELDS: dict[str, str] = {
-    "backend": "backend",
-    "input_len": "input_len",
-    "output_len": "output_len",
-    "seed": "seed",
-    "requests": "requests_per_level",
-    "request_timeout": "request_timeout_s",
-    "idle_timeout": "idle_timeout_s",
-    "request_rate": "request_rate",
-    "openai_extensions": "openai_extensions",
-    "workload": "kind",
-    "prefix_len": "prefix_len",
-    "prefix_groups": "prefix_groups",
-    "range_ratio": "range_ratio",
-    "range_convention": "range_convention",
-    "dataset": "dataset",
-    "dataset_output_len": "dataset_output_len",
-    "turns": "turns",
-    "think_time": "think_time_s",
-}
 
 Source = Literal["marker", "cli", "env", "ini", "suite", "default"]
 

@@ -231,11 +231,15 @@ class PointComparison:
     why: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     attached: bool = False  # measured on an attached server: never relaunched
+    # what it was judged against: "baseline", or "history" (the drift rule, run/history_checks)
+    reference: str = "baseline"
 
     @property
     def rerun(self) -> bool:
-        """Re-measure this point (and pass all samples to ``compare_point`` again)."""
-        return self.verdict == Verdict.INCONCLUSIVE
+        """Re-measure this point (and pass all samples to ``compare_point`` again). Against its
+        history an inconclusive point waits for the next run: more samples of this one cannot
+        lengthen a short history or tell a first bad run from the second."""
+        return self.verdict == Verdict.INCONCLUSIVE and self.reference == "baseline"
 
     @property
     def stale(self) -> list[MetricComparison]:

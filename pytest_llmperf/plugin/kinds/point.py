@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.plugin.checks import call, enact, policy
 from pytest_llmperf.plugin.kinds.base import (
     Collect,
@@ -20,7 +21,7 @@ from pytest_llmperf.plugin.kinds.base import (
 from pytest_llmperf.plugin.options import record_command
 from pytest_llmperf.plugin.session import usage_error
 from pytest_llmperf.run import checks
-from pytest_llmperf.run.settings import SettingError
+from pytest_llmperf.run.history_checks import history_judge
 
 if TYPE_CHECKING:
     from pytest_llmperf.run.perfrun import PerfRun
@@ -112,8 +113,14 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             on_invalid=llm.invalid.append,
             on_judgement=llm.checks.append,
             on_busy=llm.busy.append,
+            history=history_judge(
+                get("judge_against"),
+                llm.settings.get("history"),
+                get("history_window"),
+                llm.rootdir,
+            ),
         )
-    except SettingError as exc:
+    except InputError as exc:  # a SettingError, or judge_against = history without history
         raise usage_error(str(exc)) from None
     point.measure()
     return point
