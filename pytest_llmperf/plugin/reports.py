@@ -8,6 +8,7 @@ never the session's end. Each check kind adds its own lines and files (``plugin/
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -260,8 +261,25 @@ def _write_plots(llm: LLMPerfSession, directory: Path) -> None:
         llm.sweep_checks,
         [c for suite in llm.suites.values() for c in suite.crossovers],
         llm.safe_hardware,
-        lambda key: llm.store.get(key, mark_used=False) if llm.has_store else None,
+        stored_entry(llm),
     )
+
+
+def stored_entry(llm: LLMPerfSession) -> Callable[[EntryKey], BaselineEntry | None]:
+    """The baseline entry a plot's band or a report reads: none where the file is unreadable,
+    as that file already failed its tests with its path and field; a report must not crash
+    the session's end over it."""
+    from pytest_llmperf.verdicts.baseline_file import BaselineFileError
+
+    def get(key: EntryKey) -> BaselineEntry | None:
+        if not llm.has_store:
+            return None
+        try:
+            return llm.store.get(key, mark_used=False)
+        except BaselineFileError:
+            return None
+
+    return get
 
 
 def report_data(llm: LLMPerfSession) -> ReportData:
@@ -269,9 +287,7 @@ def report_data(llm: LLMPerfSession) -> ReportData:
     from pytest_llmperf.report.html import ReportData
     from pytest_llmperf.report.html_plots import baseline_bands
 
-    def baseline(key: EntryKey) -> BaselineEntry | None:
-        return llm.store.get(key, mark_used=False) if llm.has_store else None
-
+    baseline = stored_entry(llm)
     problems = [f"INVALID: {line}" for line in llm.invalid]
     problems += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
     problems += [f"WARNING: {line}" for line in llm.report_errors]
