@@ -7,10 +7,12 @@ store never sees live objects; ``from_results`` builds a ``RunRecord`` from the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
+
+from pytest_llmperf.verdicts.drift import RunPoint
 
 Source = Literal["pytest", "sweep"]
 # What a check row is: a gate between configs, an A/B point, a whole-sweep check (crossover,
@@ -105,3 +107,11 @@ class SeriesPoint:
     value: float
     samples: tuple[float, ...]
     verdict: str | None
+
+
+def run_points(series: Sequence[SeriesPoint]) -> list[RunPoint]:
+    """A stored series as the drift rule reads it: each run named by its id and commit."""
+    return [
+        RunPoint(f"run #{p.run_id}", p.value, commit=p.git_commit, samples=p.samples)
+        for p in series
+    ]

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pytest_llmperf.base.results import SweepResult
     from pytest_llmperf.plugin.session import LLMPerfSession
     from pytest_llmperf.report.html import ReportData
+    from pytest_llmperf.report.trends import Trends
     from pytest_llmperf.verdicts.baseline import BaselineEntry, EntryKey
 
 
@@ -282,13 +283,42 @@ def stored_entry(llm: LLMPerfSession) -> Callable[[EntryKey], BaselineEntry | No
     return get
 
 
+def _trends(llm: LLMPerfSession) -> tuple[Trends, str | None]:
+    """The session's points against the history database, when ``history`` names one. The
+    trend uses the declared window (``history_window`` is a test's: a test that sets its own
+    judges its point with it, and says so in its own sentence)."""
+    from pytest_llmperf.base.errors import LLMPerfError
+    from pytest_llmperf.base.redaction import redact
+    from pytest_llmperf.report.trends import Trends, history_trends
+    from pytest_llmperf.run.settings import SETTINGS_BY_NAME
+    from pytest_llmperf.verdicts.verdict import Verdict
+
+    setting = llm.settings.get("history")
+    if setting is None or not llm.sweeps:
+        return Trends(), None
+    invalid: dict[tuple[str, str], set[int]] = {}
+    for ps in llm.points.values():
+        for p in ps:
+            if p.verdict == Verdict.INVALID:
+                invalid.setdefault((p.config, p.workload), set()).add(p.concurrency)
+    try:
+        return history_trends(
+            setting, llm.rootdir, llm.sweeps, llm.safe_hardware, invalid,
+            window=SETTINGS_BY_NAME["history_window"].default,
+        ), None  # fmt: skip
+    except LLMPerfError as exc:
+        return Trends(), f"trends not read from the history: {redact(str(exc))}"
+
+
 def report_data(llm: LLMPerfSession) -> ReportData:
     """The session as the HTML report and the PR comment show it."""
     from pytest_llmperf.report.html import ReportData
     from pytest_llmperf.report.html_plots import baseline_bands
 
     baseline = stored_entry(llm)
+    trends, trend_error = _trends(llm)
     problems = [f"INVALID: {line}" for line in llm.invalid]
+    problems += [f"WARNING: {trend_error}"] if trend_error else []
     problems += [f"NOT MEASURED: {c}: {why}" for c, why in llm.unmeasured.items()]
     problems += [f"WARNING: {line}" for line in llm.report_errors]
     lines = [r.line() for r in llm.sweep_checks]
@@ -303,6 +333,8 @@ def report_data(llm: LLMPerfSession) -> ReportData:
         lines=lines,
         bands=baseline_bands(llm.sweeps, llm.safe_hardware, baseline),
         plots=llm.settings["html_report"] == "plots",
+        trends=trends.series,
+        history_lines=trends.lines,
     )
 
 

@@ -43,6 +43,7 @@ class ReportData:
     lines: Sequence[str] = ()  # whole-sweep results (crossover, SLO) as the summary prints them
     bands: Bands | None = None
     trends: Sequence[TrendSeries] = ()
+    history_lines: Sequence[str] = ()  # this run against its history (``report/trends``)
     plots: bool = True  # False: tables only (a session asked for no figures)
     source: str = "pytest session"
     verdicts_note: str | None = None
@@ -229,8 +230,11 @@ def _figures(data: ReportData) -> str:
 
 def _trends(data: ReportData) -> str:
     out = ["<h2>Trends</h2>"]
+    if data.history_lines:
+        out.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in data.history_lines))
+        out.append("</ul>")
     if not data.trends:
-        return out[0] + "<p class='note'>no history given: no trend to show</p>"
+        return "".join(out) + "<p class='note'>no history given: no trend to show</p>"
     for series in data.trends:
         try:
             if not data.plots:

@@ -80,6 +80,9 @@ def pr_comment(
         out.append(tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True))
     else:
         out.append("Every judged point passed; no metric moved beyond its tolerance.")
+    if data.history_lines:
+        out += ["", "### Against the history", ""]
+        out += [f"- {_cell(line)}" for line in data.history_lines]
     if against is not None:
         out += ["", f"### Against {_cell(against.a)}", ""]
         out += [f"- {_cell(n)}" for n in against.notes]

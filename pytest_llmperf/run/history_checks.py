@@ -24,7 +24,7 @@ from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import METRICS, metric
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.base.values import reveal
-from pytest_llmperf.history.records import PointKey, SeriesPoint
+from pytest_llmperf.history.records import PointKey, run_points
 from pytest_llmperf.history.store import HistoryStore
 from pytest_llmperf.verdicts.compare import DEFAULT_METRICS, MetricComparison, PointComparison
 from pytest_llmperf.verdicts.drift import DriftDecision, DriftRule, RunPoint, judge_latest
@@ -32,19 +32,11 @@ from pytest_llmperf.verdicts.stats import Decision
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 from pytest_llmperf.verdicts.verdict import Verdict, worst
 
-__all__ = ["HistoryJudge", "history_judge", "run_points"]
+__all__ = ["HistoryJudge", "history_judge"]
 
 # Enough earlier runs that the window still fills when some of them were bad (bad runs stay out
 # of it) and that the streak before this run is known; older runs cannot change this verdict.
 _LOOKBACK = 5
-
-
-def run_points(series: Sequence[SeriesPoint]) -> list[RunPoint]:
-    """A stored series as the drift rule reads it: each run named by its id and commit."""
-    return [
-        RunPoint(f"run #{p.run_id}", p.value, commit=p.git_commit, samples=p.samples)
-        for p in series
-    ]
 
 
 def history_judge(

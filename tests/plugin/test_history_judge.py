@@ -81,7 +81,8 @@ def test_a_slower_run_after_a_bad_one_fails_against_its_history(pytester: pytest
                 replace(
                     record,
                     uuid=f"prefilled-{i}",
-                    started_at=record.started_at + timedelta(seconds=i),
+                    started_at=record.started_at
+                    + timedelta(milliseconds=i),  # before the next session
                     git_commit=f"c0ffee{i}",
                     points=(_point(key, v),),
                 )
@@ -100,6 +101,14 @@ def test_a_slower_run_after_a_bad_one_fails_against_its_history(pytester: pytest
         rf"run #{bad_id} \(commit c0ffee9\)"
     )
     assert re.search(sentence, out), out[-3000:]
+    # The reports say it too: the HTML report's trend (its runs, "this run" last) and the PR
+    # comment's "Against the history", from the same rule.
+    results = pytester.path / "llmperf-results"
+    page = (results / "report.html").read_text()
+    trends = page[page.index("<h2>Trends</h2>") :]
+    assert re.search(sentence, trends) and "this run" in trends and f"run #{bad_id}" in trends
+    comment = (results / "pr-comment.md").read_text()
+    assert "### Against the history" in comment and re.search(sentence, comment), comment
     with HistoryStore.open(str(db)) as store:
         assert store.series(key, "output_throughput")[-1].verdict == "fail"
     assert_no_servers_left(pytester.path)
