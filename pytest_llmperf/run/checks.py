@@ -32,6 +32,7 @@ from pytest_llmperf.run.busy import (
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
+from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.baseline import (
     BaselineStore,
     EntryKey,
@@ -140,14 +141,19 @@ class PointCheck:
     on_invalid: Callable[[str], None] | None = None
     on_judgement: OnJudgement | None = None
     on_busy: OnBusy | None = None  # a point the machine was too busy to measure (run/busy.py)
-    adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
+    adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py); "auto": chosen
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
+    # Sequential verdicts (run/sequential.py): launches added while a point is undecided, up to
+    # launch_budget per config (or time_budget minutes); False: max_reruns fixed re-runs.
+    sequential: bool = False
+    launch_budget: int = 6
+    time_budget: float | None = None
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
 
     @property
     def adjusting(self) -> bool:
-        return self.adjust == "launch" and can_adjust(self.levels, self.concurrency)
+        return self.adjust in ("launch", "auto") and can_adjust(self.levels, self.concurrency)
 
     def measure(self) -> None:
         """Measure (or reuse) ``repeat`` samples of this point (``baseline_repeat`` when
@@ -177,7 +183,7 @@ class PointCheck:
                 break
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
 
-    def _residuals(self) -> dict[str, list[float]] | None:
+    def _residuals(self, concurrency: int | None = None) -> dict[str, list[float]] | None:
         if not self.adjusting:
             return None
         hw = self.run.hardware_for(self.config)
@@ -185,9 +191,41 @@ class PointCheck:
         return current_residuals(
             self.run.by_launch(self.config, self.workload),
             lambda c: self.store.get(EntryKey(hw, self.config, wl, c), mark_used=False),
-            self.concurrency,
+            self.concurrency if concurrency is None else concurrency,
             list(self.metrics or DEFAULT_METRICS),
         )
+
+    def _compare(self, concurrency: int, *, looks: int | None = None) -> PointComparison:
+        """This test's comparison of level ``concurrency`` of its config (its own level, or a
+        sibling the sequential loop judges with this test's metrics and tolerances)."""
+        key = EntryKey(self.key.hardware, self.config, self.key.workload, concurrency)
+        own = concurrency == self.concurrency
+        return compare_point(
+            self.config,
+            self.run.samples(self.config, self.workload, concurrency),
+            self.store.get(key, mark_used=own),
+            workload=self.workload,
+            metrics=self.metrics,
+            tolerances=self.tolerances or None,
+            policy=self.policy,
+            adjusted=self._residuals(concurrency),
+            attached=self.run.mode_for(self.config) == "attached",
+            adjust="auto" if self.adjust == "auto" else "both",
+            looks=looks,
+        )
+
+    def _evaluate_sequential(self) -> PointComparison:
+        """The sequential rule over the config's sweep (``run/sequential.py``): launches are
+        added for the undecided points only, and this point's verdict is its last look."""
+        levels = sorted({*self.levels, self.concurrency}) if self.levels else [self.concurrency]
+        budget = self.launch_budget
+        settle_config(self.run, self.config, self.workload, levels,
+                      lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
+                      launch_budget=budget, time_budget_min=self.time_budget,
+                      policy=self.policy)  # fmt: skip
+        self.samples = self.run.samples(self.config, self.workload, self.concurrency)
+        self.comparison = self._compare(self.concurrency, looks=budget)
+        return self.comparison
 
     @property
     def result(self) -> LevelResult:
@@ -203,7 +241,9 @@ class PointCheck:
     def evaluate(self) -> PointComparison:
         """Judge against the baseline without asserting, re-measuring an inconclusive point up
         to ``max_reruns`` times (a failing one once, to confirm it), in fresh launches where it
-        can."""
+        can. Sequential (and not recording): ``_evaluate_sequential``."""
+        if self.sequential and not self.update:
+            return self._evaluate_sequential()
         entry = self.store.get(self.key)
 
         def judge() -> PointComparison:
@@ -217,6 +257,7 @@ class PointCheck:
                 policy=self.policy,
                 adjusted=self._residuals(),
                 attached=self.run.mode_for(self.config) == "attached",
+                adjust="auto" if self.adjust == "auto" else "both",
             )
 
         pc = judge()
@@ -338,7 +379,7 @@ class GateCheck:
         adjusting, each side's launch measures its whole sweep (as the point checks will)."""
         sweeps: dict[str, SweepResult] = {}
         for name in (self.gate.config, self.gate.reference):
-            if self.adjust == "launch" and can_adjust(self.levels, self.concurrency):
+            if self.adjust in ("launch", "auto") and can_adjust(self.levels, self.concurrency):
                 self.run.ensure_launches(name, self.workload, self.levels, 1)
             self.run.ensure(name, self.workload, self.concurrency, 1)
             samples = settle(self.run, name, self.workload, self.concurrency, 1,

@@ -33,8 +33,10 @@ from pytest_llmperf.verdicts.launch_adjust import (
     current_residuals,
     decide_adjusted,
     launches_of,
+    prefer_adjusted,
 )
-from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
+from pytest_llmperf.verdicts.sequential import Look
+from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide, launch_count
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 from pytest_llmperf.verdicts.verdict import Verdict, worst
 
@@ -68,6 +70,9 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "cache_hit_rate",
     "startup_s",
 )
+# Adjusting under the sequential rule, the plain comparison keeps this share of the false-alarm
+# rate as a fail-only backstop for a regression every level shares (which adjusting cancels).
+BACKSTOP_SHARE = 0.1
 # Start-up is one sample per launch and moves with disk and page cache; doubling must fail.
 _STARTUP_TOLERANCE = 0.5
 
@@ -260,6 +265,7 @@ def compare_metric(
     within_se: Sequence[float | None] = (),
     t_margin: bool = False,
     attached: bool = False,
+    look: Look | None = None,
 ) -> MetricComparison:
     """Judge one metric; the message is a sentence naming where, by how much and why.
 
@@ -282,6 +288,7 @@ def compare_metric(
         base_launches=baseline.launches,
         base_within_se=baseline.within_se,
         t_margin=t_margin,
+        look=look,
     )
     cur = statistics.fmean(samples)
     verdict = dec.outcome
@@ -324,11 +331,14 @@ def with_launch_adjustment(
     rule: NoiseRule | None = None,
     why: Sequence[str] = (),
     within_se: Sequence[float | None] = (),
+    look: Look | None = None,
+    reason: str = "",
 ) -> MetricComparison:
     """Judge the launch-adjusted residuals too, and combine: FAIL when either side fails beyond
     its noise (the plain one sees uniform regressions, the adjusted one a level's own),
-    PASS when the adjusted one passes, else INCONCLUSIVE."""
-    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se)
+    PASS when the adjusted one passes, else INCONCLUSIVE. ``look``: the sequential rule's
+    look for the adjusted side; ``reason``: why the adjusted comparison was chosen."""
+    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se, look)
     ch = math.exp(statistics.fmean(residuals) - base.mean) - 1
     side = "below" if ch < 0 else "above"
     launches = f"{len(residuals)} launch{'es' if len(residuals) != 1 else ''}"
@@ -343,7 +353,7 @@ def with_launch_adjustment(
     else:
         verdict = Verdict.INCONCLUSIVE
     head = mc.message.partition(" (tolerance ")[0]
-    msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted: {adj_text}"
+    msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted{reason}: {adj_text}"
     if verdict == Verdict.FAIL and adj.outcome != Verdict.FAIL:
         msg += "; the plain difference alone is beyond the launch noise"
     elif verdict == Verdict.INCONCLUSIVE:
@@ -366,12 +376,17 @@ def compare_point(
     policy: ValidityPolicy | None = None,
     adjusted: Mapping[str, Sequence[float]] | None = None,
     attached: bool = False,
+    adjust: str = "both",
+    looks: int | None = None,
 ) -> PointComparison:
     """Validity, then every metric of ``metrics`` (default: ``DEFAULT_METRICS`` ∩ entry).
 
     ``levels`` may be several repeats of the same point; each must be valid to be used, and
     the point is INVALID if none is. ``adjusted``: this point's launch residuals per metric
-    (``launch_adjust``), judged beside the plain comparison where the entry has them.
+    (``launch_adjust``), judged beside the plain comparison where the entry has them
+    (``adjust="auto"``: only where ``prefer_adjusted`` says that is the sharper comparison).
+    ``looks``: judge by the sequential rule with this many looks (the launch budget), each
+    metric at the look of the launches its samples came from.
     """
     reps = [levels] if isinstance(levels, LevelResult) else list(levels)
     if not reps:
@@ -426,7 +441,17 @@ def compare_point(
             continue
         tol = resolve_tolerance(name, test=tolerances, entry=entry)
         res = summary.launch_residual
-        adjusting = bool(adjusted and adjusted.get(name)) and res is not None
+        have = bool(adjusted and adjusted.get(name)) and res is not None
+        ratio: float | None = None
+        adjusting = have
+        if have and adjust == "auto":
+            adjusting, ratio = prefer_adjusted(summary)
+        plain_look = None
+        if looks is not None:
+            k = launch_count([lv.launch for _, lv in got], len(values))
+            plain_look = Look(k, looks)
+            # Adjusting, the plain side is a fail-only backstop spending a small share.
+            plain_look = plain_look.share(BACKSTOP_SHARE) if adjusting else plain_look
         mc = compare_metric(
             name,
             values,
@@ -440,8 +465,18 @@ def compare_point(
             within_se=[lv.within_se.get(name) for _, lv in got],
             t_margin=adjusting,  # the unadjusted side is then a backstop for gross changes
             attached=attached,
+            look=plain_look,
         )
         if adjusting and adjusted is not None and res is not None:
+            adj_look = None
+            if looks is not None:
+                adj_look = Look(len(adjusted[name]), looks).share(1 - BACKSTOP_SHARE)
+            reason = ""
+            if ratio is not None:
+                reason = (
+                    f" (the launch's shared speed removed, as its noise is {ratio:.1f}x the "
+                    "within-launch noise)"
+                )
             mc = with_launch_adjustment(
                 mc,
                 adjusted[name],
@@ -450,6 +485,8 @@ def compare_point(
                 rule,
                 why,
                 within_se=[lv.within_se.get(name) for _, lv in got],
+                look=adj_look,
+                reason=reason,
             )
         point.metrics.append(mc)
         if mc.verdict != Verdict.PASS or mc.stale:

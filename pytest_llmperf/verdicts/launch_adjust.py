@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
-from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual, MetricSummary
+from pytest_llmperf.verdicts.sequential import Look
 from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "decide_adjusted",
     "launch_residuals",
     "launches_of",
+    "prefer_adjusted",
     "summarize_residuals",
 ]
 
@@ -100,6 +102,7 @@ def decide_adjusted(
     tolerance: float,
     rule: NoiseRule | None = None,
     within_se: Sequence[float | None] = (),
+    look: Look | None = None,
 ) -> Decision:
     """The rule of ``stats.decide`` on launch-adjusted ratios ``exp(r - base.mean)`` against 1:
     each current residual is one launch; the baseline's residual spread is its noise, and the
@@ -120,7 +123,32 @@ def decide_adjusted(
         current_launches=[f"launch-{i}" for i in range(len(ratios))],
         current_within_se=within_se,
         base_launches=base.n,
+        look=look,
     )
+
+
+def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:
+    """Whether this metric's launch-adjusted comparison is the sharper one at this point, and
+    the ratio of its launch noise to its residual noise (None: one of them unmeasured).
+
+    Both comparisons judge a mean over ``k`` current launches against a baseline of ``n``
+    launches; their predicted standard errors are ``σ_L·√(1/k + 1/n)`` (plain: ``σ_L`` the
+    baseline's launch-to-launch spread, ``std / mean``) and ``σ_R·√(1/k + 1/n_R)`` (adjusted:
+    ``σ_R`` the spread of the level's residuals once each launch's median speed is removed,
+    over ``n_R`` launches). The smaller wins, at ``k = 1``, the first look. With no residuals
+    recorded the plain one is all there is; with residuals but no measured launch spread the
+    adjusted one is taken, as its noise is measured and the plain one's would be assumed."""
+    res = summary.launch_residual
+    if res is None or res.sd is None:
+        return False, None
+    k_b = summary.launches if summary.launches is not None else summary.n
+    if k_b < 2 or summary.mean == 0:
+        return True, None
+    sigma_l = summary.std / abs(summary.mean)
+    se_plain = sigma_l * math.sqrt(1 + 1 / k_b)
+    se_adj = res.sd * math.sqrt(1 + 1 / res.n)
+    ratio = sigma_l / res.sd if res.sd > 0 else math.inf
+    return se_adj < se_plain, ratio
 
 
 Launches = Mapping[str, Mapping[int, LevelResult]]
