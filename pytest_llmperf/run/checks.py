@@ -45,6 +45,8 @@ from pytest_llmperf.verdicts.compare import (
 )
 from pytest_llmperf.verdicts.crossover import sweep_line
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
+from pytest_llmperf.verdicts.launch_adjust import pooled_residual_noise
+from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -212,7 +214,22 @@ class PointCheck:
             attached=self.run.mode_for(self.config) == "attached",
             adjust="auto" if self.adjust == "auto" else "both",
             looks=looks,
+            residual_noise=self._pooled_noise() if looks is not None else None,
         )
+
+    def _pooled_noise(self) -> dict[str, LaunchNoise]:
+        """Per metric, the residual spread pooled over this sweep's recorded levels: the
+        sequential rule's noise, known to more degrees of freedom than one level gives."""
+        if not self.adjusting:
+            return {}
+        entries = [
+            self.store.get(EntryKey(self.key.hardware, self.config, self.key.workload, c),
+                           mark_used=False)
+            for c in sorted({*self.levels, self.concurrency})
+        ]  # fmt: skip
+        names = self.metrics or DEFAULT_METRICS
+        pooled = {n: pooled_residual_noise(entries, n) for n in names}
+        return {n: v for n, v in pooled.items() if v is not None}
 
     def _evaluate_sequential(self) -> PointComparison:
         """The sequential rule over the config's sweep (``run/sequential.py``): launches are

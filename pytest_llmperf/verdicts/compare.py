@@ -36,7 +36,13 @@ from pytest_llmperf.verdicts.launch_adjust import (
     prefer_adjusted,
 )
 from pytest_llmperf.verdicts.sequential import Look
-from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide, launch_count
+from pytest_llmperf.verdicts.stats import (
+    Decision,
+    LaunchNoise,
+    NoiseRule,
+    decide,
+    launch_count,
+)
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 from pytest_llmperf.verdicts.verdict import Verdict, worst
 
@@ -333,12 +339,13 @@ def with_launch_adjustment(
     within_se: Sequence[float | None] = (),
     look: Look | None = None,
     reason: str = "",
+    noise: LaunchNoise | None = None,
 ) -> MetricComparison:
     """Judge the launch-adjusted residuals too, and combine: FAIL when either side fails beyond
     its noise (the plain one sees uniform regressions, the adjusted one a level's own),
     PASS when the adjusted one passes, else INCONCLUSIVE. ``look``: the sequential rule's
     look for the adjusted side; ``reason``: why the adjusted comparison was chosen."""
-    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se, look)
+    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se, look, noise)
     ch = math.exp(statistics.fmean(residuals) - base.mean) - 1
     side = "below" if ch < 0 else "above"
     launches = f"{len(residuals)} launch{'es' if len(residuals) != 1 else ''}"
@@ -378,6 +385,7 @@ def compare_point(
     attached: bool = False,
     adjust: str = "both",
     looks: int | None = None,
+    residual_noise: Mapping[str, LaunchNoise] | None = None,
 ) -> PointComparison:
     """Validity, then every metric of ``metrics`` (default: ``DEFAULT_METRICS`` ∩ entry).
 
@@ -386,7 +394,8 @@ def compare_point(
     (``launch_adjust``), judged beside the plain comparison where the entry has them
     (``adjust="auto"``: only where ``prefer_adjusted`` says that is the sharper comparison).
     ``looks``: judge by the sequential rule with this many looks (the launch budget), each
-    metric at the look of the launches its samples came from.
+    metric at the look of the launches its samples came from; ``residual_noise``: per metric,
+    the residual spread pooled over the sweep's levels (``pooled_residual_noise``) for them.
     """
     reps = [levels] if isinstance(levels, LevelResult) else list(levels)
     if not reps:
@@ -487,6 +496,7 @@ def compare_point(
                 within_se=[lv.within_se.get(name) for _, lv in got],
                 look=adj_look,
                 reason=reason,
+                noise=(residual_noise or {}).get(name) if looks is not None else None,
             )
         point.metrics.append(mc)
         if mc.verdict != Verdict.PASS or mc.stale:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual, MetricSummary
 from pytest_llmperf.verdicts.sequential import Look
-from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
+from pytest_llmperf.verdicts.stats import Decision, LaunchNoise, NoiseRule, decide
 
 __all__ = [
     "MIN_LEVELS",
@@ -40,6 +40,8 @@ __all__ = [
     "decide_adjusted",
     "launch_residuals",
     "launches_of",
+    "pool_residuals",
+    "pooled_residual_noise",
     "prefer_adjusted",
     "summarize_residuals",
 ]
@@ -103,6 +105,7 @@ def decide_adjusted(
     rule: NoiseRule | None = None,
     within_se: Sequence[float | None] = (),
     look: Look | None = None,
+    noise: LaunchNoise | None = None,
 ) -> Decision:
     """The rule of ``stats.decide`` on launch-adjusted ratios ``exp(r - base.mean)`` against 1:
     each current residual is one launch; the baseline's residual spread is its noise, and the
@@ -110,7 +113,8 @@ def decide_adjusted(
     that level is re-measured rather than failed). (z, not
     Student's t: this spread is small beside a tolerance, so even a baseline that happened to
     underestimate it twofold leaves false alarms rare, while t would leave most points
-    unresolved after three launches.)"""
+    unresolved after three launches.) ``look``: the sequential rule's look, with ``noise`` the
+    residual spread pooled over the sweep's levels (``pooled_residual_noise``) when known."""
     ratios = [math.exp(r - base.mean) for r in residuals]
     return decide(
         ratios,
@@ -124,7 +128,37 @@ def decide_adjusted(
         current_within_se=within_se,
         base_launches=base.n,
         look=look,
+        noise=noise,
     )
+
+
+def pooled_residual_noise(entries: Iterable[BaselineEntry | None], name: str) -> LaunchNoise | None:
+    """The residual spread of ``name`` pooled over the levels of one sweep's baseline (and of a
+    calibration's runs, which record into the same entries): a sequential look's noise, known
+    to more degrees of freedom than one level's few launches give, so Student's t is not wide.
+
+    Pooling assumes the levels' residual noise alike: what is left of a launch once its shared
+    speed is removed (drift, stalls, jitter) hits every level of it alike. Residuals of one
+    launch are not independent (the median is removed, so with three levels one of them is 0):
+    of a launch's ``L`` residuals only ``L - 1`` are free, and the degrees of freedom are
+    counted so. None with fewer than two levels' spreads."""
+    spreads = []
+    for entry in entries:
+        summary = entry.metrics.get(name) if entry is not None else None
+        if summary is not None and summary.launch_residual is not None:
+            spreads.append(summary.launch_residual)
+    return pool_residuals(spreads)
+
+
+def pool_residuals(levels: Sequence[LaunchResidual]) -> LaunchNoise | None:
+    """``pooled_residual_noise`` over the levels' residual summaries."""
+    spreads = [r for r in levels if r.sd is not None and r.n >= 2]
+    if len(spreads) < 2:
+        return None
+    levels = len(spreads)
+    dof = sum(r.n - 1 for r in spreads)
+    sd = math.sqrt(sum((r.n - 1) * (r.sd or 0.0) ** 2 for r in spreads) / dof)
+    return LaunchNoise(sd, max(1, dof * (levels - 1) // levels) + 1)
 
 
 def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:

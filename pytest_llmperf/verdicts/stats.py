@@ -275,6 +275,13 @@ class LaunchNoise:
         dof_a, dof_b = max(self.launches - 1, 1), launches - 1
         return math.sqrt((dof_a * self.sd**2 + dof_b * sd**2) / (dof_a + dof_b))
 
+    def with_current(self, cur: Side, floor: float) -> tuple[float, int]:
+        """(σ, degrees of freedom): this spread pooled with the current launches' own."""
+        dof_a = max(self.launches - 1, 1)
+        if cur.between_sd is None or cur.launches < 2:
+            return max(self.sd, floor), dof_a
+        return max(self.pooled_with(cur.between_sd, cur.launches), floor), dof_a + cur.launches - 1
+
 
 def pooled_dof(cur: Side, base: Side) -> int:
     """Degrees of freedom of the pooled launch-to-launch σ (0: σ is assumed)."""
@@ -303,9 +310,13 @@ def standard_error(cur: Side, base: Side, rule: NoiseRule) -> tuple[float, float
             dof += side.launches - 1
     assumed = dof == 0
     sigma = max(rule.assumed_noise if assumed else math.sqrt(ss / dof), rule.noise_floor)
+    return _se(sigma, cur, base), sigma, assumed
+
+
+def _se(sigma: float, cur: Side, base: Side) -> float:
     var = sigma**2 * (1 / max(cur.launches, 1) + 1 / max(base.launches, 1))
     var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
-    return math.sqrt(var), sigma, assumed
+    return math.sqrt(var)
 
 
 def min_detectable_effect(se: float, tolerance: float, rule: NoiseRule) -> float:
@@ -329,6 +340,7 @@ def decide(
     base_within_se: float | None = None,
     t_margin: bool = False,
     look: Look | None = None,
+    noise: LaunchNoise | None = None,
 ) -> Decision:
     """Apply the rule in the module docstring to one metric at one point.
 
@@ -336,7 +348,9 @@ def decide(
     launch count once for between-launch noise); ``base_launches`` is how many launches the
     baseline's samples came from (None: each sample its own, as old baselines assumed).
     ``look``: judge by the sequential rule (``verdicts/sequential.py``) at that look, when the
-    noise is measured; an assumed noise keeps the rule above.
+    noise is measured; an assumed noise keeps the rule above. ``noise``: at a look, the launch
+    noise pooled over more launches than this point's baseline has (``LaunchNoise.launches``
+    minus one its degrees of freedom; the baseline's own spread must be part of it).
     """
     rule = rule or NoiseRule()
     cur = [float(current)] if isinstance(current, int | float) else [float(v) for v in current]
@@ -355,6 +369,11 @@ def decide(
     mde = tolerance + (crit + Z_POWER) * se
     k_c = cur_side.launches
 
+    if look is not None and noise is not None:
+        sigma, dof = noise.with_current(cur_side, rule.noise_floor)
+        se = _se(sigma, cur_side, base_side)
+        return _sequential(d, se, sigma, tolerance, look, cur_side, base_side, n_c, base_n, mde,
+                           prior_dof=dof)  # fmt: skip
     if look is not None and not assumed:
         return _sequential(d, se, sigma, tolerance, look, cur_side, base_side, n_c, base_n, mde)
     if (
@@ -437,11 +456,14 @@ def _sequential(
     n_c: int,
     base_n: int,
     mde: float,
+    *,
+    prior_dof: int | None = None,
 ) -> Decision:
     """One look of the sequential rule: fail when certainly beyond the tolerance, pass when
     certainly within it, else inconclusive (``repeats_needed``: the launches that would
-    settle today's deficit, if the budget has them)."""
-    dof = pooled_dof(cur, base)
+    settle today's deficit, if the budget has them). ``prior_dof``: σ's degrees of freedom when
+    it was pooled beyond this point (``LaunchNoise.with_current``)."""
+    dof = pooled_dof(cur, base) if prior_dof is None else prior_dof
     margin = look.critical(dof) * se
     if d - margin > tolerance:
         outcome = Verdict.FAIL
@@ -455,7 +477,8 @@ def _sequential(
         for k in range(cur.launches + 1, look.looks + 1):
             trial = Side(cur.mean, cur.between_sd, k, cur.within_se)
             later = Look(min(look.k + k - cur.launches, look.looks), look.looks, look.alpha)
-            crit = later.critical(pooled_dof(trial, base))
+            more = k - cur.launches
+            crit = later.critical(dof + more if prior_dof is not None else pooled_dof(trial, base))
             var = sigma**2 * (1 / k + 1 / max(base.launches, 1))
             var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
             if crit * math.sqrt(var) < target:

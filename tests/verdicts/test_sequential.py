@@ -14,6 +14,12 @@ import statistics
 import numpy as np
 import pytest
 
+from pytest_llmperf.verdicts.launch_adjust import (
+    decide_adjusted,
+    pool_residuals,
+    remove_common_factor,
+    summarize_residuals,
+)
 from pytest_llmperf.verdicts.sequential import Look, look_critical, spent
 from pytest_llmperf.verdicts.stats import decide
 from pytest_llmperf.verdicts.verdict import Verdict
@@ -101,3 +107,75 @@ def test_a_ten_percent_drop_is_caught_within_the_budget():
     print(f"10 % drop, sigma 2 %: caught {power:.3f}, mean launches "
           f"{statistics.fmean(used):.2f}")  # fmt: skip
     assert power >= 0.9
+
+
+LEVELS = 3
+
+
+def _run_pooled(
+    true_deficit: float, sigma: float, seed: int, n: int = REPLICATES, pooled: bool = True
+):
+    """Like ``_run``, on launch-adjusted residuals of a ``LEVELS``-level sweep whose launches
+    each draw a large shared speed (15 %): level 0 judged with the residual noise pooled over
+    the baseline's levels (``pool_residuals``), as the sequential loop judges it."""
+    rng = np.random.default_rng(seed)
+    outcomes, used = [], []
+
+    def launch(drop: float) -> dict[int, float]:
+        speed = 0.15 * rng.standard_normal()
+        q = {c: speed + sigma * rng.standard_normal() for c in range(LEVELS)}
+        q[0] += math.log(1 - drop)
+        res = remove_common_factor(q)
+        assert res is not None
+        return res
+
+    for _ in range(n):
+        base = [launch(0.0) for _ in range(N_BASE)]
+        summaries = [summarize_residuals([b[c] for b in base]) for c in range(LEVELS)]
+        assert all(s is not None for s in summaries)
+        noise = pool_residuals([s for s in summaries if s is not None])
+        # of each launch's LEVELS residuals LEVELS - 1 are free: 4 dof, not one level's 2
+        assert noise is not None and noise.launches - 1 == (N_BASE - 1) * (LEVELS - 1)
+        noise = noise if pooled else None
+        cur: list[float] = []
+        verdict = Verdict.INCONCLUSIVE
+        for k in range(1, K + 1):
+            cur.append(launch(true_deficit)[0])
+            base0 = summaries[0]
+            assert base0 is not None
+            d = decide_adjusted("output_throughput", cur, base0, TOL, look=Look(k, K), noise=noise)
+            verdict = d.outcome
+            if verdict != Verdict.INCONCLUSIVE:
+                break
+        outcomes.append(verdict)
+        used.append(len(cur))
+    return outcomes, used
+
+
+@pytest.mark.parametrize("sigma", [0.02, 0.04])
+def test_pooled_residual_noise_keeps_the_false_alarm_rate(sigma):
+    """The residual noise pooled over the sweep's levels (more degrees of freedom than one
+    level's 3 launches) still keeps P(fail) <= alpha at a deficit exactly at the tolerance,
+    and P(pass) <= alpha at twice it: pooling narrows Student's t, not the promise."""
+    alpha = Look(1, K).alpha
+    outcomes, used = _run_pooled(TOL, sigma, seed=21)
+    rate = outcomes.count(Verdict.FAIL) / len(outcomes)
+    print(f"pooled, sigma {sigma}: false fail at d = tol {rate:.4f}, "
+          f"mean launches {statistics.fmean(used):.2f}")  # fmt: skip
+    assert rate <= alpha + _slack(alpha, len(outcomes))
+    outcomes, _ = _run_pooled(2 * TOL, sigma, seed=22)
+    assert outcomes.count(Verdict.PASS) / len(outcomes) <= alpha + _slack(alpha, len(outcomes))
+
+
+def test_pooled_residual_noise_decides_sooner_than_one_level():
+    """Unchanged points pass in fewer launches with the pooled noise than with one level's
+    (3-launch baseline, residual noise 2 %): the gain the pooling is for."""
+    pooled, used_pooled = _run_pooled(0.0, 0.02, seed=23, n=500)
+    own, used_own = _run_pooled(0.0, 0.02, seed=23, n=500, pooled=False)
+    rate = {name: o.count(Verdict.PASS) / len(o) for name, o in (("pooled", pooled), ("own", own))}
+    print(f"unchanged: passed {rate}, launches pooled {statistics.fmean(used_pooled):.2f}, "
+          f"one level {statistics.fmean(used_own):.2f}")  # fmt: skip
+    assert pooled.count(Verdict.FAIL) == 0
+    assert rate["pooled"] >= rate["own"] and statistics.fmean(used_pooled) < statistics.fmean(
+        used_own
+    )
