@@ -8,18 +8,28 @@ spread pooled over the baseline's and the current launches) with a look-specific
 value ``c_k`` in place of the fixed ``z``:
 
 * **fail**          ``d - c_k·se > tol``: the regression is beyond the tolerance, certainly;
-* **pass**          ``d + c_k·se < tol``: the change is certainly smaller than the tolerance
-  (an improvement beyond it passes too, with the usual "stale baseline" warning);
+* **pass**          ``d + p_k·se < DETECT·tol`` (and not a fail): a regression of ``DETECT``
+  tolerances (twice it) is ruled out (an improvement beyond the tolerance passes too, with the
+  usual "stale baseline" warning);
 * **inconclusive**  otherwise: measure another launch while the budget lasts; at the last
   look the point stays inconclusive (budget spent).
+
+The two sides make different promises. A false fail is the costly error (a red build nobody
+caused), so ``c_k`` spends ``α`` (2.5 %) at a deficit exactly at the tolerance. The pass side
+is a futility bound: ``p_k`` spends ``β`` (10 %) at a regression of twice the tolerance, so such
+a regression passes at most 10 % of the time, and an unchanged point passes once its noise
+margin is under the tolerance rather than having to prove the change smaller than a tolerance
+the launch noise may exceed. (The plain rule of ``stats.decide`` passes every ``d <= tol``, with
+no promise at all about what passes.)
 
 Error spending (group-sequential, Bonferroni-bounded): look ``k`` spends
 ``α_k = α·(k/K)^ρ - α·((k-1)/K)^ρ`` of the total ``α`` (``ρ = 1``: Pocock-like, equal shares,
 so a clear point stops at the first look). ``c_k`` is the one-sided ``1 - α_k`` quantile of
-Student's t with the pooled degrees of freedom (normal when the noise is assumed). Whatever
+Student's t with the pooled degrees of freedom (normal when the noise is assumed); ``p_k``
+likewise with ``β_k``. Whatever
 the dependence between looks (they share the baseline and earlier launches), the union bound
 gives ``P(any false fail) ≤ Σ α_k = α`` when the true deficit is exactly the tolerance (less
-below it), and likewise ``P(a regression beyond tol passes) ≤ α``: the guarantee holds under
+below it), and likewise ``P(a regression of DETECT·tol passes) ≤ β``: the guarantee holds under
 optional stopping, unlike re-running until a point passes.
 
 The cost of the bound against exact group-sequential boundaries is small at these ``K``:
@@ -35,12 +45,16 @@ from scipy import stats as _scipy_stats
 
 __all__ = [
     "DEFAULT_ALPHA",
+    "DETECT",
+    "PASS_BETA",
     "Look",
     "look_critical",
     "spent",
 ]
 
 DEFAULT_ALPHA = 0.025  # one-sided, per metric and point, over all its looks together
+PASS_BETA = 0.10  # what a regression of DETECT tolerances may pass with, over all looks
+DETECT = 2.0  # the regression a pass rules out, in tolerances
 RHO = 1.0
 
 
@@ -64,17 +78,19 @@ def look_critical(k: int, looks: int, dof: int, alpha: float = DEFAULT_ALPHA) ->
 @dataclass(frozen=True)
 class Look:
     """Where a point stands: look ``k`` (launches that measured it) of at most ``looks``;
-    ``alpha`` is what this comparison may spend over all its looks."""
+    ``alpha`` (false fails) and ``beta`` (passes of a ``DETECT``-tolerance regression) are what
+    this comparison may spend over all its looks."""
 
     k: int
     looks: int
     alpha: float = DEFAULT_ALPHA
+    beta: float = PASS_BETA
 
     def __post_init__(self) -> None:
         if self.looks < 1 or self.k < 1:
             raise ValueError(f"Look: k and looks must be >= 1, got {self.k} of {self.looks}")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"Look: alpha must be in (0, 1), got {self.alpha}")
+        if not (0 < self.alpha < 1 and 0 < self.beta < 1):
+            raise ValueError(f"Look: alpha and beta must be in (0, 1): {self.alpha}, {self.beta}")
 
     @property
     def last(self) -> bool:
@@ -83,6 +99,10 @@ class Look:
     def critical(self, dof: int) -> float:
         return look_critical(min(self.k, self.looks), self.looks, dof, self.alpha)
 
+    def critical_pass(self, dof: int) -> float:
+        """``p_k``: the pass side's multiplier (``beta`` spent like ``alpha``)."""
+        return look_critical(min(self.k, self.looks), self.looks, dof, self.beta)
+
     def share(self, fraction: float) -> Look:
         """The same look spending ``fraction`` of this alpha (a backstop comparison)."""
-        return Look(self.k, self.looks, self.alpha * fraction)
+        return Look(self.k, self.looks, self.alpha * fraction, self.beta)

@@ -58,7 +58,7 @@ from typing import Literal
 from scipy import stats as _scipy_stats
 
 from pytest_llmperf.base.metric_defs import Direction
-from pytest_llmperf.verdicts.sequential import Look
+from pytest_llmperf.verdicts.sequential import DETECT, Look
 from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
@@ -459,26 +459,30 @@ def _sequential(
     *,
     prior_dof: int | None = None,
 ) -> Decision:
-    """One look of the sequential rule: fail when certainly beyond the tolerance, pass when
-    certainly within it, else inconclusive (``repeats_needed``: the launches that would
-    settle today's deficit, if the budget has them). ``prior_dof``: σ's degrees of freedom when
-    it was pooled beyond this point (``LaunchNoise.with_current``)."""
+    """One look of the sequential rule: fail when certainly beyond the tolerance, pass when a
+    regression of ``DETECT`` tolerances is ruled out, else inconclusive (``repeats_needed``:
+    the launches that would settle today's deficit, if the budget has them). ``prior_dof``:
+    σ's degrees of freedom when it was pooled beyond this point (``LaunchNoise.with_current``)."""
     dof = pooled_dof(cur, base) if prior_dof is None else prior_dof
     margin = look.critical(dof) * se
     if d - margin > tolerance:
         outcome = Verdict.FAIL
-    elif d + margin < tolerance:
+    elif d + look.critical_pass(dof) * se < DETECT * tolerance:
         outcome = Verdict.PASS
     else:
         outcome = Verdict.INCONCLUSIVE
     needed = None
     if outcome == Verdict.INCONCLUSIVE:
-        target = max(abs(d - tolerance), 1e-12)
+        # today's deficit settled on the side it lies on: beyond the tolerance it would fail
+        worse = d > tolerance
+        target = max(d - tolerance if worse else DETECT * tolerance - d, 1e-12)
         for k in range(cur.launches + 1, look.looks + 1):
             trial = Side(cur.mean, cur.between_sd, k, cur.within_se)
-            later = Look(min(look.k + k - cur.launches, look.looks), look.looks, look.alpha)
+            later = Look(min(look.k + k - cur.launches, look.looks), look.looks, look.alpha,
+                         look.beta)  # fmt: skip
             more = k - cur.launches
-            crit = later.critical(dof + more if prior_dof is not None else pooled_dof(trial, base))
+            dof_k = dof + more if prior_dof is not None else pooled_dof(trial, base)
+            crit = later.critical(dof_k) if worse else later.critical_pass(dof_k)
             var = sigma**2 * (1 / k + 1 / max(base.launches, 1))
             var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
             if crit * math.sqrt(var) < target:
