@@ -150,9 +150,9 @@ def pooled_residual_noise(entries: Iterable[BaselineEntry | None], name: str) ->
     return pool_residuals(spreads)
 
 
-def pool_residuals(levels: Sequence[LaunchResidual]) -> LaunchNoise | None:
+def pool_residuals(summaries: Sequence[LaunchResidual]) -> LaunchNoise | None:
     """``pooled_residual_noise`` over the levels' residual summaries."""
-    spreads = [r for r in levels if r.sd is not None and r.n >= 2]
+    spreads = [r for r in summaries if r.sd is not None and r.n >= 2]
     if len(spreads) < 2:
         return None
     levels = len(spreads)
