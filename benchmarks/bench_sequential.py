@@ -52,8 +52,8 @@ metrics = ["output_throughput"]
 {lines}
 """
 PROCEDURES = {
-    "before": ['sequential = false', 'adjust = "none"'],
-    "after": ['sequential = true', 'adjust = "auto"'],
+    "before": ["sequential = false", 'adjust = "none"'],
+    "after": ["sequential = true", 'adjust = "auto"'],
 }
 LAUNCH_COST_S = 300.0
 

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 DEFAULT_ALPHA = 0.025  # one-sided, per metric and point, over all its looks together
-PASS_BETA = 0.10  # what a regression of DETECT tolerances may pass with, over all looks
+PASS_BETA = 0.05  # what a regression of DETECT tolerances may pass with, over all looks
 DETECT = 2.0  # the regression a pass rules out, in tolerances
 RHO = 1.0
 
