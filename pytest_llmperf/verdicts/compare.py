@@ -33,6 +33,7 @@ from pytest_llmperf.verdicts.launch_adjust import (
     current_residuals,
     decide_adjusted,
     launches_of,
+    pooled_residual_noise,
     prefer_adjusted,
 )
 from pytest_llmperf.verdicts.sequential import Look
@@ -523,23 +524,35 @@ def compare_sweep(
     policy: ValidityPolicy | None = None,
     adjust: str = "none",
     concurrencies: Collection[int] | None = None,
+    looks: int | None = None,
 ) -> list[PointComparison]:
     """Every level of a sweep (or those in ``concurrencies``) against the store, each on all
     of its samples (``repeats`` included), exactly as the plugin's point check judges it
     (``llmperf compare``); with ``adjust = "launch"``, launch-adjusted as well (samples grouped
-    by their launch, over the whole sweep)."""
+    by their launch, over the whole sweep); ``"auto"``, launch-adjusted per metric where
+    ``prefer_adjusted`` says so, as the plugin chooses. ``looks``: the sequential rule with
+    that launch budget (the residual noise pooled over the sweep's recorded levels)."""
     out = []
     wl = sweep.workload.key()
-    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= MIN_LEVELS else {}
+    adjusting = adjust in ("launch", "auto") and len(sweep.levels) >= MIN_LEVELS
+    launches = launches_of(sweep) if adjusting else {}
 
     def entry_for(c: int) -> BaselineEntry | None:
         return store.get(EntryKey(hardware, sweep.config, wl, c), mark_used=False)
+
+    names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
+    pooled: dict[str, LaunchNoise] = {}
+    if looks is not None and launches:
+        entries = [entry_for(lv.max_concurrency) for lv in sweep.levels]
+        for name in names:
+            noise = pooled_residual_noise(entries, name)
+            if noise is not None:
+                pooled[name] = noise
 
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
         c = lv.max_concurrency
         if concurrencies is not None and c not in concurrencies:
             continue
-        names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
         adjusted = current_residuals(launches, entry_for, c, names) if launches else None
         entry = store.get(EntryKey(hardware, sweep.config, wl, lv.max_concurrency))
         out.append(
@@ -554,6 +567,9 @@ def compare_sweep(
                 policy=policy,
                 adjusted=adjusted,
                 attached=sweep.server.mode == "attached",
+                adjust="auto" if adjust == "auto" else "both",
+                looks=looks,
+                residual_noise=pooled or None,
             )
         )
     return out
