@@ -258,8 +258,10 @@ class PointCheck:
     def evaluate(self) -> PointComparison:
         """Judge against the baseline without asserting, re-measuring an inconclusive point up
         to ``max_reruns`` times (a failing one once, to confirm it), in fresh launches where it
-        can. Sequential (and not recording): ``_evaluate_sequential``."""
-        if self.sequential and not self.update:
+        can. Sequential (not recording, a config that can be relaunched):
+        ``_evaluate_sequential``."""
+        # An attached server is one launch: no look after the first, so the plain rule.
+        if self.sequential and not self.update and self.run.can_relaunch(self.config):
             return self._evaluate_sequential()
         entry = self.store.get(self.key)
 

@@ -185,7 +185,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "adjust",
         parse_choice("none", "launch", "auto"),
-        "none",
+        "auto",
         "launch: also judge with each launch's speed removed (each launch measures the whole "
         "sweep; 3+ levels); auto: per metric, the sharper of plain and launch-adjusted by the "
         "baseline's recorded noise; none: plain only",
@@ -194,7 +194,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "sequential",
         parse_bool,
-        False,
+        True,
         "judge by the sequential rule (docs/verdicts.md): one more launch of a config measures "
         "its undecided points until all are decided or the budget is spent; false: max_reruns",
         **TEST,
