@@ -37,6 +37,7 @@ from pytest_llmperf.run.busy import (
 from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
+from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.baseline import (
     BaselineStore,
@@ -51,6 +52,8 @@ from pytest_llmperf.verdicts.compare import (
 from pytest_llmperf.verdicts.crossover import sweep_line
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
 from pytest_llmperf.verdicts.green import green_means, missable
+from pytest_llmperf.verdicts.launch_adjust import pooled_residual_noise
+from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -147,9 +150,14 @@ class PointCheck:
     on_invalid: Callable[[str], None] | None = None
     on_judgement: OnJudgement | None = None
     on_busy: OnBusy | None = None  # a point the machine was too busy to measure (run/busy.py)
-    adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py)
+    adjust: str = "none"  # "launch": launch-adjusted verdicts (run/adjust.py); "auto": chosen
     levels: Sequence[int] = ()  # the sweep each launch measures when adjusting
     history: HistoryJudge | None = None  # judge_against = history: the window of earlier runs
+    # Sequential verdicts (run/sequential.py): launches added while a point is undecided, up to
+    # launch_budget per config (or time_budget minutes); False: max_reruns fixed re-runs.
+    sequential: bool = False
+    launch_budget: int = 6
+    time_budget: float | None = None
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
@@ -158,7 +166,7 @@ class PointCheck:
 
     @property
     def adjusting(self) -> bool:
-        return self.adjust == "launch" and can_adjust(self.levels, self.concurrency)
+        return self.adjust in ("launch", "auto") and can_adjust(self.levels, self.concurrency)
 
     def measure(self) -> None:
         """Measure (or reuse) ``repeat`` samples of this point (``baseline_repeat`` when
@@ -188,7 +196,7 @@ class PointCheck:
                 break
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
 
-    def _residuals(self) -> dict[str, list[float]] | None:
+    def _residuals(self, concurrency: int | None = None) -> dict[str, list[float]] | None:
         if not self.adjusting:
             return None
         hw = self.run.hardware_for(self.config)
@@ -196,9 +204,56 @@ class PointCheck:
         return current_residuals(
             self.run.by_launch(self.config, self.workload),
             lambda c: self.store.get(EntryKey(hw, self.config, wl, c), mark_used=False),
-            self.concurrency,
+            self.concurrency if concurrency is None else concurrency,
             list(self.metrics or DEFAULT_METRICS),
         )
+
+    def _compare(self, concurrency: int, *, looks: int | None = None) -> PointComparison:
+        """This test's comparison of level ``concurrency`` of its config (its own level, or a
+        sibling the sequential loop judges with this test's metrics and tolerances)."""
+        key = EntryKey(self.key.hardware, self.config, self.key.workload, concurrency)
+        own = concurrency == self.concurrency
+        return compare_point(
+            self.config,
+            self.run.samples(self.config, self.workload, concurrency),
+            self.store.get(key, mark_used=own),
+            workload=self.workload,
+            metrics=self.metrics,
+            tolerances=self.tolerances or None,
+            policy=self.policy,
+            adjusted=self._residuals(concurrency),
+            attached=self.run.mode_for(self.config) == "attached",
+            adjust="auto" if self.adjust == "auto" else "both",
+            looks=looks,
+            residual_noise=self._pooled_noise() if looks is not None else None,
+        )
+
+    def _pooled_noise(self) -> dict[str, LaunchNoise]:
+        """Per metric, the residual spread pooled over this sweep's recorded levels: the
+        sequential rule's noise, known to more degrees of freedom than one level gives."""
+        if not self.adjusting:
+            return {}
+        entries = [
+            self.store.get(EntryKey(self.key.hardware, self.config, self.key.workload, c),
+                           mark_used=False)
+            for c in sorted({*self.levels, self.concurrency})
+        ]  # fmt: skip
+        names = self.metrics or DEFAULT_METRICS
+        pooled = {n: pooled_residual_noise(entries, n) for n in names}
+        return {n: v for n, v in pooled.items() if v is not None}
+
+    def _evaluate_sequential(self) -> PointComparison:
+        """The sequential rule over the config's sweep (``run/sequential.py``): launches are
+        added for the undecided points only, and this point's verdict is its last look."""
+        levels = sorted({*self.levels, self.concurrency}) if self.levels else [self.concurrency]
+        budget = self.launch_budget
+        settle_config(self.run, self.config, self.workload, levels,
+                      lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
+                      launch_budget=budget, time_budget_min=self.time_budget,
+                      policy=self.policy)  # fmt: skip
+        self.samples = self.run.samples(self.config, self.workload, self.concurrency)
+        self.comparison = self._compare(self.concurrency, looks=budget)
+        return self.comparison
 
     @property
     def result(self) -> LevelResult:
@@ -214,7 +269,13 @@ class PointCheck:
     def evaluate(self) -> PointComparison:
         """Judge against the baseline without asserting, re-measuring an inconclusive point up
         to ``max_reruns`` times (a failing one once, to confirm it), in fresh launches where it
-        can."""
+        can. Sequential (not recording, a config that can be relaunched):
+        ``_evaluate_sequential``."""
+        # An attached server is one launch: no look after the first, so the plain rule; a point
+        # judged against its history has no baseline launches to look against.
+        sequential = self.sequential and self.history is None and not self.update
+        if sequential and self.run.can_relaunch(self.config):
+            return self._evaluate_sequential()
         entry = self.store.get(self.key)
 
         def judge() -> PointComparison:
@@ -238,6 +299,7 @@ class PointCheck:
                 policy=self.policy,
                 adjusted=self._residuals(),
                 attached=self.run.mode_for(self.config) == "attached",
+                adjust="auto" if self.adjust == "auto" else "both",
             )
 
         pc = judge()
@@ -399,7 +461,7 @@ class GateCheck:
         adjusting, each side's launch measures its whole sweep (as the point checks will)."""
         sweeps: dict[str, SweepResult] = {}
         for name in (self.gate.config, self.gate.reference):
-            if self.adjust == "launch" and can_adjust(self.levels, self.concurrency):
+            if self.adjust in ("launch", "auto") and can_adjust(self.levels, self.concurrency):
                 self.run.ensure_launches(name, self.workload, self.levels, 1)
             self.run.ensure(name, self.workload, self.concurrency, 1)
             samples = settle(self.run, name, self.workload, self.concurrency, 1,

@@ -199,10 +199,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "adjust",
-        parse_choice("none", "launch"),
-        "none",
-        "launch: also judge each point with its launch's speed removed (every launch measures "
-        "the whole sweep; needs 3+ levels): for boxes where each launch runs at its own speed",
+        parse_choice("none", "launch", "auto"),
+        "auto",
+        "launch: also judge with each launch's speed removed (each launch measures the whole "
+        "sweep; 3+ levels); auto: per metric, the sharper of plain and launch-adjusted by the "
+        "baseline's recorded noise; none: plain only",
         **TEST,
     ),
     Setting(
@@ -221,6 +222,16 @@ SETTINGS: tuple[Setting, ...] = (
         "the fewest it judges on; docs/drift.md)",
         **TEST,
     ),
+    Setting(
+        "sequential",
+        parse_bool,
+        True,
+        "judge by the sequential rule (docs/verdicts.md): one more launch of a config measures "
+        "its undecided points until all are decided or the budget is spent; false: max_reruns",
+        **TEST,
+    ),
+    Setting("launch_budget", parse_positive_int, 6, "most launches per config to decide", **TEST),
+    Setting("time_budget", parse_positive_float, None, "minutes per config to decide", **TEST),
     Setting(
         "relaunch",
         parse_choice("rerun", "never"),

@@ -33,8 +33,17 @@ from pytest_llmperf.verdicts.launch_adjust import (
     current_residuals,
     decide_adjusted,
     launches_of,
+    pooled_residual_noise,
+    prefer_adjusted,
 )
-from pytest_llmperf.verdicts.stats import Decision, NoiseRule, decide
+from pytest_llmperf.verdicts.sequential import Look
+from pytest_llmperf.verdicts.stats import (
+    Decision,
+    LaunchNoise,
+    NoiseRule,
+    decide,
+    launch_count,
+)
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 from pytest_llmperf.verdicts.verdict import Verdict, worst
 
@@ -69,6 +78,9 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "cache_hit_rate",
     "startup_s",
 )
+# Adjusting under the sequential rule, the plain comparison keeps this share of the false-alarm
+# rate as a fail-only backstop for a regression every level shares (which adjusting cancels).
+BACKSTOP_SHARE = 0.1
 # Start-up is one sample per launch and moves with disk and page cache; doubling must fail.
 _STARTUP_TOLERANCE = 0.5
 
@@ -266,6 +278,7 @@ def compare_metric(
     within_se: Sequence[float | None] = (),
     t_margin: bool = False,
     attached: bool = False,
+    look: Look | None = None,
 ) -> MetricComparison:
     """Judge one metric; the message is a sentence naming where, by how much and why.
 
@@ -288,6 +301,7 @@ def compare_metric(
         base_launches=baseline.launches,
         base_within_se=baseline.within_se,
         t_margin=t_margin,
+        look=look,
     )
     cur = statistics.fmean(samples)
     verdict = dec.outcome
@@ -330,11 +344,15 @@ def with_launch_adjustment(
     rule: NoiseRule | None = None,
     why: Sequence[str] = (),
     within_se: Sequence[float | None] = (),
+    look: Look | None = None,
+    reason: str = "",
+    noise: LaunchNoise | None = None,
 ) -> MetricComparison:
     """Judge the launch-adjusted residuals too, and combine: FAIL when either side fails beyond
     its noise (the plain one sees uniform regressions, the adjusted one a level's own),
-    PASS when the adjusted one passes, else INCONCLUSIVE."""
-    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se)
+    PASS when the adjusted one passes, else INCONCLUSIVE. ``look``: the sequential rule's
+    look for the adjusted side; ``reason``: why the adjusted comparison was chosen."""
+    adj = decide_adjusted(mc.metric, residuals, base, tolerance, rule, within_se, look, noise)
     ch = math.exp(statistics.fmean(residuals) - base.mean) - 1
     side = "below" if ch < 0 else "above"
     launches = f"{len(residuals)} launch{'es' if len(residuals) != 1 else ''}"
@@ -349,7 +367,7 @@ def with_launch_adjustment(
     else:
         verdict = Verdict.INCONCLUSIVE
     head = mc.message.partition(" (tolerance ")[0]
-    msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted: {adj_text}"
+    msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted{reason}: {adj_text}"
     if verdict == Verdict.FAIL and adj.outcome != Verdict.FAIL:
         msg += "; the plain difference alone is beyond the launch noise"
     elif verdict == Verdict.INCONCLUSIVE:
@@ -374,12 +392,19 @@ def compare_point(
     policy: ValidityPolicy | None = None,
     adjusted: Mapping[str, Sequence[float]] | None = None,
     attached: bool = False,
+    adjust: str = "both",
+    looks: int | None = None,
+    residual_noise: Mapping[str, LaunchNoise] | None = None,
 ) -> PointComparison:
     """Validity, then every metric of ``metrics`` (default: ``DEFAULT_METRICS`` ∩ entry).
 
     ``levels`` may be several repeats of the same point; each must be valid to be used, and
     the point is INVALID if none is. ``adjusted``: this point's launch residuals per metric
-    (``launch_adjust``), judged beside the plain comparison where the entry has them.
+    (``launch_adjust``), judged beside the plain comparison where the entry has them
+    (``adjust="auto"``: only where ``prefer_adjusted`` says that is the sharper comparison).
+    ``looks``: judge by the sequential rule with this many looks (the launch budget), each
+    metric at the look of the launches its samples came from; ``residual_noise``: per metric,
+    the residual spread pooled over the sweep's levels (``pooled_residual_noise``) for them.
     """
     reps = [levels] if isinstance(levels, LevelResult) else list(levels)
     if not reps:
@@ -434,7 +459,17 @@ def compare_point(
             continue
         tol = resolve_tolerance(name, test=tolerances, entry=entry)
         res = summary.launch_residual
-        adjusting = bool(adjusted and adjusted.get(name)) and res is not None
+        have = bool(adjusted and adjusted.get(name)) and res is not None
+        ratio: float | None = None
+        adjusting = have
+        if have and adjust == "auto":
+            adjusting, ratio = prefer_adjusted(summary)
+        plain_look = None
+        if looks is not None:
+            k = launch_count([lv.launch for _, lv in got], len(values))
+            plain_look = Look(k, looks)
+            # Adjusting, the plain side is a fail-only backstop spending a small share.
+            plain_look = plain_look.share(BACKSTOP_SHARE) if adjusting else plain_look
         mc = compare_metric(
             name,
             values,
@@ -448,8 +483,18 @@ def compare_point(
             within_se=[lv.within_se.get(name) for _, lv in got],
             t_margin=adjusting,  # the unadjusted side is then a backstop for gross changes
             attached=attached,
+            look=plain_look,
         )
         if adjusting and adjusted is not None and res is not None:
+            adj_look = None
+            if looks is not None:
+                adj_look = Look(len(adjusted[name]), looks).share(1 - BACKSTOP_SHARE)
+            reason = ""
+            if ratio is not None:
+                reason = (
+                    f" (the launch's shared speed removed, as its noise is {ratio:.1f}x the "
+                    "within-launch noise)"
+                )
             mc = with_launch_adjustment(
                 mc,
                 adjusted[name],
@@ -458,6 +503,9 @@ def compare_point(
                 rule,
                 why,
                 within_se=[lv.within_se.get(name) for _, lv in got],
+                look=adj_look,
+                reason=reason,
+                noise=(residual_noise or {}).get(name) if looks is not None else None,
             )
         point.metrics.append(mc)
         if mc.verdict != Verdict.PASS or mc.stale:
@@ -484,23 +532,35 @@ def compare_sweep(
     policy: ValidityPolicy | None = None,
     adjust: str = "none",
     concurrencies: Collection[int] | None = None,
+    looks: int | None = None,
 ) -> list[PointComparison]:
     """Every level of a sweep (or those in ``concurrencies``) against the store, each on all
     of its samples (``repeats`` included), exactly as the plugin's point check judges it
     (``llmperf compare``); with ``adjust = "launch"``, launch-adjusted as well (samples grouped
-    by their launch, over the whole sweep)."""
+    by their launch, over the whole sweep); ``"auto"``, launch-adjusted per metric where
+    ``prefer_adjusted`` says so, as the plugin chooses. ``looks``: the sequential rule with
+    that launch budget (the residual noise pooled over the sweep's recorded levels)."""
     out = []
     wl = sweep.workload.key()
-    launches = launches_of(sweep) if adjust == "launch" and len(sweep.levels) >= MIN_LEVELS else {}
+    adjusting = adjust in ("launch", "auto") and len(sweep.levels) >= MIN_LEVELS
+    launches = launches_of(sweep) if adjusting else {}
 
     def entry_for(c: int) -> BaselineEntry | None:
         return store.get(EntryKey(hardware, sweep.config, wl, c), mark_used=False)
+
+    names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
+    pooled: dict[str, LaunchNoise] = {}
+    if looks is not None and launches:
+        entries = [entry_for(lv.max_concurrency) for lv in sweep.levels]
+        for name in names:
+            noise = pooled_residual_noise(entries, name)
+            if noise is not None:
+                pooled[name] = noise
 
     for lv in sorted(sweep.levels, key=lambda lv: lv.max_concurrency):
         c = lv.max_concurrency
         if concurrencies is not None and c not in concurrencies:
             continue
-        names = list(metrics) if metrics is not None else list(DEFAULT_METRICS)
         adjusted = current_residuals(launches, entry_for, c, names) if launches else None
         entry = store.get(EntryKey(hardware, sweep.config, wl, lv.max_concurrency))
         out.append(
@@ -515,6 +575,9 @@ def compare_sweep(
                 policy=policy,
                 adjusted=adjusted,
                 attached=sweep.server.mode == "attached",
+                adjust="auto" if adjust == "auto" else "both",
+                looks=looks,
+                residual_noise=pooled or None,
             )
         )
     return out

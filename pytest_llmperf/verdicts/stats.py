@@ -58,6 +58,7 @@ from typing import Literal
 from scipy import stats as _scipy_stats
 
 from pytest_llmperf.base.metric_defs import Direction
+from pytest_llmperf.verdicts.sequential import DETECT, Look
 from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
@@ -116,11 +117,32 @@ class Decision:
     mde: float | None = None
     resolved: bool = True
     n_launches_current: int | None = None
+    look: Look | None = None  # judged by the sequential rule at this look
 
     @property
     def rerun(self) -> bool:
         """Inconclusive points should be measured again and decided on all samples."""
         return self.outcome == Verdict.INCONCLUSIVE
+
+    def _sequential_advice(self, attached: bool) -> str:
+        look = self.look
+        assert look is not None
+        head = (
+            f"inconclusive after {self.n_launches_current} launch"
+            f"{'es' if self.n_launches_current != 1 else ''} (noise margin "
+            f"{100 * self.margin:.1f} %, sequential rule at look {look.k} of {look.looks}): "
+        )
+        if attached:
+            return head + "an attached server is never relaunched; widen the tolerance"
+        if self.repeats_needed is not None:
+            return head + (
+                f"about {self.repeats_needed} launches would settle it; raise launch_budget "
+                f"(--llmperf-launch-budget) to at least {self.repeats_needed}"
+            )
+        return head + (
+            "more launches within any budget would not settle it: record the baseline with "
+            "more launches (baseline_repeat) or widen the tolerance"
+        )
 
     def advice(self, *, attached: bool = False) -> str:
         """What the user can do about an inconclusive verdict. An ``attached`` server is never
@@ -128,6 +150,8 @@ class Decision:
         if self.outcome != Verdict.INCONCLUSIVE:
             return ""
         head = f"inconclusive (within noise margin {100 * self.margin:.1f} %): "
+        if self.look is not None:
+            return self._sequential_advice(attached)
         if not self.resolved:
             mde = "" if self.mde is None else f", minimum detectable effect {100 * self.mde:.1f} %"
             if attached:
@@ -251,6 +275,13 @@ class LaunchNoise:
         dof_a, dof_b = max(self.launches - 1, 1), launches - 1
         return math.sqrt((dof_a * self.sd**2 + dof_b * sd**2) / (dof_a + dof_b))
 
+    def with_current(self, cur: Side, floor: float) -> tuple[float, int]:
+        """(σ, degrees of freedom): this spread pooled with the current launches' own."""
+        dof_a = max(self.launches - 1, 1)
+        if cur.between_sd is None or cur.launches < 2:
+            return max(self.sd, floor), dof_a
+        return max(self.pooled_with(cur.between_sd, cur.launches), floor), dof_a + cur.launches - 1
+
 
 def pooled_dof(cur: Side, base: Side) -> int:
     """Degrees of freedom of the pooled launch-to-launch σ (0: σ is assumed)."""
@@ -279,9 +310,13 @@ def standard_error(cur: Side, base: Side, rule: NoiseRule) -> tuple[float, float
             dof += side.launches - 1
     assumed = dof == 0
     sigma = max(rule.assumed_noise if assumed else math.sqrt(ss / dof), rule.noise_floor)
+    return _se(sigma, cur, base), sigma, assumed
+
+
+def _se(sigma: float, cur: Side, base: Side) -> float:
     var = sigma**2 * (1 / max(cur.launches, 1) + 1 / max(base.launches, 1))
     var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
-    return math.sqrt(var), sigma, assumed
+    return math.sqrt(var)
 
 
 def min_detectable_effect(se: float, tolerance: float, rule: NoiseRule) -> float:
@@ -304,12 +339,18 @@ def decide(
     base_launches: int | None = None,
     base_within_se: float | None = None,
     t_margin: bool = False,
+    look: Look | None = None,
+    noise: LaunchNoise | None = None,
 ) -> Decision:
     """Apply the rule in the module docstring to one metric at one point.
 
     ``current_launches`` names the server launch of each current sample (samples of one
     launch count once for between-launch noise); ``base_launches`` is how many launches the
     baseline's samples came from (None: each sample its own, as old baselines assumed).
+    ``look``: judge by the sequential rule (``verdicts/sequential.py``) at that look, when the
+    noise is measured; an assumed noise keeps the rule above. ``noise``: at a look, the launch
+    noise pooled over more launches than this point's baseline has (``LaunchNoise.launches``
+    minus one its degrees of freedom; the baseline's own spread must be part of it).
     """
     rule = rule or NoiseRule()
     cur = [float(current)] if isinstance(current, int | float) else [float(v) for v in current]
@@ -328,6 +369,13 @@ def decide(
     mde = tolerance + (crit + Z_POWER) * se
     k_c = cur_side.launches
 
+    if look is not None and noise is not None:
+        sigma, dof = noise.with_current(cur_side, rule.noise_floor)
+        se = _se(sigma, cur_side, base_side)
+        return _sequential(d, se, sigma, tolerance, look, cur_side, base_side, n_c, base_n, mde,
+                           prior_dof=dof)  # fmt: skip
+    if look is not None and not assumed:
+        return _sequential(d, se, sigma, tolerance, look, cur_side, base_side, n_c, base_n, mde)
     if (
         base_samples is not None
         and len(base_samples) >= rule.mw_min_samples
@@ -394,4 +442,65 @@ def decide(
         mde=mde,
         resolved=resolved,
         n_launches_current=k_c,
+    )
+
+
+def _sequential(
+    d: float,
+    se: float,
+    sigma: float,
+    tolerance: float,
+    look: Look,
+    cur: Side,
+    base: Side,
+    n_c: int,
+    base_n: int,
+    mde: float,
+    *,
+    prior_dof: int | None = None,
+) -> Decision:
+    """One look of the sequential rule: fail when certainly beyond the tolerance, pass when a
+    regression of ``DETECT`` tolerances is ruled out, else inconclusive (``repeats_needed``:
+    the launches that would settle today's deficit, if the budget has them). ``prior_dof``:
+    σ's degrees of freedom when it was pooled beyond this point (``LaunchNoise.with_current``)."""
+    dof = pooled_dof(cur, base) if prior_dof is None else prior_dof
+    margin = look.critical(dof) * se
+    if d - margin > tolerance:
+        outcome = Verdict.FAIL
+    elif d + look.critical_pass(dof) * se < DETECT * tolerance:
+        outcome = Verdict.PASS
+    else:
+        outcome = Verdict.INCONCLUSIVE
+    needed = None
+    if outcome == Verdict.INCONCLUSIVE:
+        # today's deficit settled on the side it lies on: beyond the tolerance it would fail
+        worse = d > tolerance
+        target = max(d - tolerance if worse else DETECT * tolerance - d, 1e-12)
+        for k in range(cur.launches + 1, look.looks + 1):
+            trial = Side(cur.mean, cur.between_sd, k, cur.within_se)
+            later = Look(min(look.k + k - cur.launches, look.looks), look.looks, look.alpha,
+                         look.beta)  # fmt: skip
+            more = k - cur.launches
+            dof_k = dof + more if prior_dof is not None else pooled_dof(trial, base)
+            crit = later.critical(dof_k) if worse else later.critical_pass(dof_k)
+            var = sigma**2 * (1 / k + 1 / max(base.launches, 1))
+            var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
+            if crit * math.sqrt(var) < target:
+                needed = k
+                break
+    return Decision(
+        outcome=outcome,
+        stale=-d > tolerance + margin,
+        deficit=d,
+        tolerance=tolerance,
+        noise=sigma,
+        margin=margin,
+        method="margin",
+        n_current=n_c,
+        n_baseline=base_n,
+        repeats_needed=needed,
+        mde=mde,
+        resolved=needed is not None or outcome != Verdict.INCONCLUSIVE,
+        n_launches_current=cur.launches,
+        look=look,
     )

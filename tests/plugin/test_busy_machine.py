@@ -30,6 +30,9 @@ args = []
 
 [sweep]
 levels = [4]
+# these tests pin the fixed re-runs (max_reruns); the sequential loop budgets a busy point's
+# retries by launch_budget instead (tests/run/test_sequential_loop.py)
+sequential = false
 """
 
 GATE_SUITE = (

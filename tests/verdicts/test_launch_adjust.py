@@ -146,6 +146,14 @@ def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
     assert [p.verdict for p in plain] != [p.verdict for p in adjusted]
     assert [p.verdict for p in adjusted] == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]
     assert "launch-adjusted" in adjusted[2].message()
+    # adjust = "auto" chooses as the plugin does: a 15 % launch spread against 1 % residuals
+    auto = compare_sweep(run, store, "hw", metrics=["output_throughput"], adjust="auto")
+    assert [p.verdict for p in auto] == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]
+    assert "launch-adjusted (the launch's shared speed removed" in auto[2].message()
+    # ...and under the sequential rule (a budget of 6 looks, residual noise pooled), the
+    # 25 % drop is beyond the pooled noise at the first look
+    looked = compare_sweep(run, store, "hw", metrics=["output_throughput"], adjust="auto", looks=6)
+    assert [p.verdict for p in looked][2] == Verdict.FAIL
 
 
 def test_a_stall_inside_the_level_is_re_measured_not_failed() -> None:

@@ -1,0 +1,157 @@
+"""Sequential verdicts against today's fixed re-runs, through the whole plugin path (figures only).
+
+Every run is a real pytest session on the simulator (launch, HTTP, client, validity, verdicts,
+relaunches exactly as the plugin does them) with GPU-like noise: ``--sim-noise gpu-shared``
+(per-launch speed sd 15 %, within-run drift sd 10 %) with the drift redrawn every
+``--drift-period`` seconds (default 3). The suite is one server at levels 1, 4, 16, judging
+output throughput (5 % tolerance).
+
+One baseline is recorded (``--llmperf-update``, ``baseline_repeat`` launches, each measuring the
+whole sweep so that the launch residuals are recorded too) and shared by both procedures:
+
+* **before**: today's defaults, ``sequential = false`` and ``adjust = "none"`` (a point is
+  re-run up to ``max_reruns`` times while inconclusive);
+* **after**: ``sequential = true`` and ``adjust = "auto"`` (launches added only while a point is
+  undecided, up to ``launch_budget``).
+
+Then ``--runs`` runs of each case: unchanged; C=16 25 % slower (``--sim-slowdown 9-16:1.3333``,
+steps whose batch holds 9-16 requests take 4/3 as long); C=16 10 % slower (``9-16:1.1111``).
+Printed per procedure and case: runs with a false failure (any failed point, unchanged case),
+undecided points, runs caught exactly (only C=16 failed), server launches per run (distinct
+launch ids in results.json) and wall time per run, and ``wall + launches x 300 s``: the cost of
+a run where each launch costs 300 s (a big model's load). That cost is virtual: added by
+arithmetic, the simulator does not wait for it.
+
+    python benchmarks/bench_sequential.py --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LEVELS = (1, 4, 16)
+SLOW = 16
+SUITE = """
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = ["--stream-interval", "4"]
+
+[sweep]
+levels = [1, 4, 16]
+input_len = 128
+output_len = 64
+metrics = ["output_throughput"]
+{lines}
+"""
+PROCEDURES = {
+    "before": ["sequential = false", 'adjust = "none"'],
+    "after": ["sequential = true", 'adjust = "auto"'],
+}
+LAUNCH_COST_S = 300.0
+
+
+def pytest_run(target: Path, base: Path, out: Path, sim: str, *, update: bool) -> dict:
+    cmd = [
+        sys.executable, "-m", "pytest", str(target), "-q", "-p", "no:cacheprovider",
+        "-p", "no:randomly", "--llmperf-simulate", "--llmperf-baseline-dir", str(base),
+        "--llmperf-output-dir", str(out), "--llmperf-sim-args", sim,
+    ]  # fmt: skip
+    if update:
+        cmd.append("--llmperf-update")
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False,
+                          cwd=target)  # fmt: skip
+    wall = time.monotonic() - t0
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else None
+    verdicts: dict[int, str] = {}
+    launches: set[str] = set()
+    if results is not None:
+        for check in results.get("checks", []):
+            if check["kind"] == "point":
+                verdicts[check["concurrency"]] = check["verdict"]
+        for sweep in results["sweeps"]:
+            levels = list(sweep["levels"])
+            for reps in sweep.get("repeats", {}).values():
+                levels += reps
+            launches |= {lv["launch"] for lv in levels if lv.get("launch")}
+    return {"verdicts": verdicts, "launches": len(launches), "wall": wall, "rc": proc.returncode,
+            "tail": proc.stdout[-3000:]}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20, help="runs per procedure and case")
+    ap.add_argument("--drift-period", type=float, default=3.0)
+    ap.add_argument("--time-scale", type=float, default=4.0, help="--sim-time-scale")
+    ap.add_argument("--cases", default="unchanged,25,10")
+    ap.add_argument("--procedures", default="before,after")
+    ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
+    args = ap.parse_args()
+    noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
+             f"--sim-time-scale {args.time_scale}")  # fmt: skip
+    cases = {
+        "unchanged": noise,
+        "25": f"{noise} --sim-slowdown 9-16:1.3333",
+        "10": f"{noise} --sim-slowdown 9-16:1.1111",
+    }
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        base = root / "baselines"
+        target = root / "suite"
+        target.mkdir()
+        (target / "test_sweep.py").write_text(
+            "def test_sweep(llmperf_point):\n    llmperf_point.assert_baseline()\n"
+        )
+        suite = target / "llmperf.toml"
+        suite.write_text(SUITE.format(lines="\n".join(PROCEDURES["after"])))
+        rec = pytest_run(target, base, root / "rec", noise, update=True)
+        print(f"baseline recorded in {rec['wall']:.0f} s, {rec['launches']} launches "
+              f"(exit {rec['rc']})", flush=True)  # fmt: skip
+        if rec["rc"] != 0:
+            print(rec["tail"])
+            raise SystemExit(1)
+        for proc in args.procedures.split(","):
+            suite.write_text(SUITE.format(lines="\n".join(PROCEDURES[proc])))
+            for label in args.cases.split(","):
+                runs = []
+                for i in range(args.runs):
+                    r = pytest_run(target, base, root / f"{proc}-{label}-{i}", cases[label],
+                                   update=False)  # fmt: skip
+                    runs.append(r)
+                    print(f"  {proc} {label} run {i + 1}: {r['wall']:.0f} s, {r['launches']} "
+                          f"launches, {r['verdicts']}", flush=True)  # fmt: skip
+                    if args.verbose and (r["rc"] not in (0, 1) or len(r["verdicts"]) < 3):
+                        print(r["tail"], flush=True)
+                rows.append((proc, label, runs))
+    print()
+    print(f"{args.runs} runs each; gpu-shared noise, drift redrawn every {args.drift_period} s; "
+          f"cost = wall + launches x {LAUNCH_COST_S:.0f} s (virtual, by arithmetic)")  # fmt: skip
+    head = ("procedure", "case", "false fail", "undecided pts", "caught exactly", "launches/run",
+            "wall s/run", "cost s/run")  # fmt: skip
+    print(" | ".join(head))
+    for proc, label, runs in rows:
+        fails = [sorted(c for c, v in r["verdicts"].items() if v == "fail") for r in runs]
+        undecided = sum(v == "inconclusive" for r in runs for v in r["verdicts"].values())
+        missing = sum(len(LEVELS) - len(r["verdicts"]) for r in runs)
+        launches = statistics.fmean(r["launches"] for r in runs)
+        wall = statistics.fmean(r["wall"] for r in runs)
+        false_fail = sum(bool(f) for f in fails) if label == "unchanged" else "-"
+        caught = "-" if label == "unchanged" else sum(f == [SLOW] for f in fails)
+        und = f"{undecided}" + (f" (+{missing} unjudged)" if missing else "")
+        print(" | ".join(str(x) for x in (
+            proc, label, false_fail, und, caught, f"{launches:.1f}", f"{wall:.0f}",
+            f"{wall + launches * LAUNCH_COST_S:.0f}")))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

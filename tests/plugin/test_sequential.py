@@ -1,0 +1,58 @@
+"""Sequential verdicts end to end: a config is relaunched only for its undecided points, stops
+as soon as every point is decided, and leaves a point inconclusive when the budget is spent
+(which points, launch by launch: tests/run/test_sequential_loop.py)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from .conftest import SUITE, light, run, with_sweep
+
+ARGS = [
+    "--llmperf-levels", "1,4,16",
+    "--llmperf-output-len", "32",
+    "-k", "test_sweep and plain",
+]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _plain(suite):
+    """Plain comparisons (no launch adjustment), throughput only, on a light load; a 25 %
+    tolerance, so that a 3-launch baseline of this loaded box decides unchanged points at once."""
+    lines = ('metrics = ["output_throughput"]', 'adjust = "none"', "sequential = true",
+             'tolerance = {"*" = "25%"}')  # fmt: skip
+    (suite.path / "llmperf.toml").write_text(light(with_sweep(SUITE, *lines)))
+
+
+def _samples(suite) -> Counter[int]:
+    results = json.loads((suite.path / "llmperf-results" / "results.json").read_text())
+    (sweep,) = results["sweeps"]
+    got = Counter(lv["max_concurrency"] for lv in sweep["levels"])
+    for reps in sweep["repeats"].values():
+        got.update(lv["max_concurrency"] for lv in reps)
+    return got
+
+
+def test_relaunches_only_undecided_points_until_decided_or_budget(suite):
+    run(suite, *ARGS, "--llmperf-update", "--llmperf-baseline-repeat", "3").assert_outcomes(
+        passed=3
+    )
+    # Unchanged: passes within the default budget of 6 launches per config.
+    same = run(suite, *ARGS)
+    same.assert_outcomes(passed=3)
+    assert set(_samples(suite)) == {1, 4, 16} and max(_samples(suite).values()) <= 6
+    # Launches 30 % apart from one another (recorded so, and measured so) against a 5 %
+    # tolerance: within a budget of 2 launches neither a 5 % regression nor a 10 % one can be
+    # ruled out, so points are measured in both launches and end inconclusive, saying so.
+    noisy = "--llmperf-sim-args=--sim-launch-speed-sd 0.3"
+    run(suite, *ARGS, "--llmperf-rerecord", "--llmperf-baseline-repeat", "3", noisy)
+    toml = suite.path / "llmperf.toml"
+    text = toml.read_text().replace('"25%"', '"5%"')
+    toml.write_text(with_sweep(text, "launch_budget = 2"))
+    edge = run(suite, *ARGS, noisy)
+    got = _samples(suite)
+    assert max(got.values()) <= 2, got
+    edge.stdout.fnmatch_lines(["*inconclusive after 2 launches*look 2 of 2*"])
