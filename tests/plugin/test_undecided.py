@@ -29,6 +29,7 @@ args = []
 levels = [1]
 metrics = ["output_throughput"]
 max_reruns = 0
+launch_budget = 2  # the sequential rule's looks: one more launch, then undecided
 """
 
 
@@ -102,7 +103,7 @@ def test_warn_passes_with_one_warning_for_the_session(noisy: pytest.Pytester) ->
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
-            "*plain: inconclusive at C=1 (n=1 launch): the change (output_throughput *) is "
+            "*plain: inconclusive at C=1 (n=2 launches): the change (output_throughput *) is "
             "within the noise; this run could only have caught a regression larger than "
             "* % in output_throughput*",
             "INCONCLUSIVE: 1 check inconclusive after re-runs (plain C=1): within the noise, "
