@@ -120,9 +120,7 @@ def test_one_launch_each_uses_the_allowance() -> None:
 def test_deterministic_fails_any_difference() -> None:
     truth = _truth(7)
     rng = random.Random(0)
-    old = [
-        _launch(truth, rng, 0.0).model_copy(update={"deterministic": True}) for _ in range(2)
-    ]
+    old = [_launch(truth, rng, 0.0).model_copy(update={"deterministic": True}) for _ in range(2)]
     new = [_launch(truth, rng, 0.0, {17}).model_copy(update={"deterministic": True})]
     res = judge_consistency(old, new, old_label="o", new_label="n")
     assert res.verdict == Verdict.FAIL and "any difference fails" in res.message
