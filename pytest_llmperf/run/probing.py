@@ -11,7 +11,7 @@ from __future__ import annotations
 from pytest_llmperf.base.probes import ProbeSet
 from pytest_llmperf.base.results import Workload
 from pytest_llmperf.core.probes import ProbeError, probe_prompts, run_probes
-from pytest_llmperf.run.perfrun import PerfRun
+from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.verdicts.consistency import Consistency, judge_consistency
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -43,19 +43,25 @@ def probe_launch(run: PerfRun, config: str, workload: Workload) -> ProbeSet | No
         handle = run.server(config)
         key = (config, run.servers.live_launch(config), *_kind(run, workload))
         done = run.probes.get(key)
+        if isinstance(done, ProbeError):
+            raise done  # a launch that could not answer is not asked again
         if done is not None:
             return done
-        unit, outputs = run_probes(
-            handle.url,
-            probe_prompts(count, workload.seed),
-            backend=workload.backend,
-            max_new_tokens=run.options.probe_tokens,
-            model=handle.kind.served_model if handle.kind is not None else None,
-            api_key=handle.api_key,
-            concurrency=PROBE_CONCURRENCY,
-            request_timeout_s=workload.request_timeout_s,
-            deadline_s=PROBE_DEADLINE_S,
-        )
+        try:
+            unit, outputs = run_probes(
+                handle.url,
+                probe_prompts(count, workload.seed),
+                backend=workload.backend,
+                max_new_tokens=run.options.probe_tokens,
+                model=handle.kind.served_model if handle.kind is not None else None,
+                api_key=handle.api_key,
+                concurrency=PROBE_CONCURRENCY,
+                request_timeout_s=workload.request_timeout_s,
+                deadline_s=PROBE_DEADLINE_S,
+            )
+        except ProbeError as exc:
+            run.probes[key] = exc
+            raise
         facts = run.facts(config)
         declared = bool(facts and facts.server_args.get("enable_deterministic_inference"))
         run.probes[key] = ProbeSet(
@@ -72,7 +78,11 @@ def launch_probes(run: PerfRun, config: str, workload: Workload) -> list[ProbeSe
     """The answers of every launch of ``config`` that answered this workload's probes so far
     this session, in launch order."""
     kind = _kind(run, workload)
-    return [s for (c, _, *k), s in run.probes.items() if c == config and tuple(k) == kind]
+    return [
+        s
+        for (c, _, *k), s in run.probes.items()
+        if c == config and tuple(k) == kind and isinstance(s, ProbeSet)
+    ]
 
 
 def probed(run: PerfRun, config: str, workload: Workload) -> list[ProbeSet]:
@@ -89,7 +99,10 @@ def measure_probed(run: PerfRun, config: str, workload: Workload, concurrency: i
     for _ in range(n + 1):  # bounded: each pass adds a sample, or the probes of the last one
         have = len(run.samples(config, workload, concurrency))
         if have:
-            probe_launch(run, config, workload)
+            try:
+                probe_launch(run, config, workload)
+            except ProbeError:
+                pass  # kept with the launch: judging the point says it (judge_point)
         if have >= n:
             return
         run.measure(config, workload, concurrency, fresh_launch=have > 0)
@@ -110,9 +123,9 @@ def judge_point(
         return None
     try:
         new = probed(run, config, workload)
-    except ProbeError as exc:
-        return Consistency(Verdict.INVALID, f"consistency: probes not answered ({exc})",
-                           0, 0, 0, 0, None, None, None)  # fmt: skip
+    except (ProbeError, PointError) as exc:
+        why = f"consistency: probes not answered ({exc}); probes = 0 turns them off"
+        return Consistency(Verdict.INVALID, why, 0, 0, 0, 0, None, None, None)
     if old is None:
         return Consistency(Verdict.MISSING, "consistency: the baseline has no probe answers",
                            0, 0, 0, 0, None, None, None)  # fmt: skip

