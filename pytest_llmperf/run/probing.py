@@ -101,8 +101,8 @@ def measure_probed(run: PerfRun, config: str, workload: Workload, concurrency: i
         if have:
             try:
                 probe_launch(run, config, workload)
-            except ProbeError:
-                pass  # kept with the launch: judging the point says it (judge_point)
+            except (ProbeError, PointError):
+                pass  # a launch that cannot answer: judging the point says so (judge_point)
         if have >= n:
             return
         run.measure(config, workload, concurrency, fresh_launch=have > 0)
