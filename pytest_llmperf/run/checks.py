@@ -274,11 +274,15 @@ class PointCheck:
         if self.on_compared is not None:
             self.on_compared(pc)
         acc = self._accuracy() if pc.verdict != Verdict.INVALID else None
-        cons = self._consistency() if pc.verdict != Verdict.INVALID else None
+        # Answers do not depend on the load: changed ones fail even where speed was invalid.
+        cons = self._consistency()
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
                 tolerances=dict(self.tolerances), adjust=self.adjust,
                 green_means=green_means(pc), missable=missable(pc), accuracy=acc)  # fmt: skip
+        if cons is not None and cons.verdict == Verdict.FAIL and not self.update:
+            speed = f"\n{pc.message()}" if pc.verdict == Verdict.FAIL else ""
+            return Outcome.fail(cons.message + speed)
         if pc.verdict == Verdict.INVALID and all_starved(self.samples, self.workload, self.policy):
             return _busy(self.on_busy, [busy_point(self.config, self.samples)])
         if pc.verdict == Verdict.INVALID:
@@ -313,14 +317,11 @@ class PointCheck:
         if pc.verdict == Verdict.MISSING:
             return Outcome.fail(f"{pc.message()}\n  record it: {record}")
         if pc.verdict == Verdict.FAIL:
-            also = [x.message for x in (acc, cons) if x is not None]
-            return Outcome.fail("\n".join([pc.message(), *also]))
+            return Outcome.fail(pc.message() + (f"\n{acc.message}" if acc is not None else ""))
         if acc is not None and acc.verdict == Verdict.MISSING:
             return Outcome.fail(f"{acc.message}\n  record it: {record}")
         if acc is not None and acc.verdict == Verdict.FAIL:
             return Outcome.fail(acc.message)
-        if cons is not None and cons.verdict == Verdict.FAIL:
-            return Outcome.fail(cons.message)
         out = Outcome()
         if acc is not None and acc.verdict == Verdict.INCONCLUSIVE:
             out.warnings.append(("inconclusive", acc.message))
