@@ -6,7 +6,7 @@ the version changes whenever the generator does, so a stored score is never comp
 score on other items. ``prompt`` wraps a question in a few-shot block that makes a small
 instruct model answer with the answer alone; ``extract`` and ``is_right`` score an output.
 
-It lives in ``base`` because both the measuring side (``core/accuracy_run``) and the simulator
+It lives in ``base`` because both the measuring side (``core/greedy_requests``) and the simulator
 (which answers the items, ``sim/answers``) need it, and they may not import each other.
 """
 

@@ -57,7 +57,8 @@ class ABPoint(BaseModel):
     # the accuracy probe (``accuracy_items``): candidate against reference on the same items
     accuracy: AccuracyComparison | None = None
     # The greedy consistency probes (absent with probes off, and in older files): their
-    # verdict, candidate-vs-reference answers that differ of those compared, and the A/A.
+    # verdict, the probes candidate answered differently from every reference launch of those
+    # compared, and the A/A: the probes the reference's own launches answered differently.
     consistency: Verdict | None = None
     probes_differing: int | None = None
     probes_compared: int | None = None

@@ -16,9 +16,9 @@ level's pairs (and, with ``adjust = "launch"``, out of the round's launch factor
 than three levels remain). A level with fewer than two valid pairs is INVALID, with the reasons.
 
 Each launch also answers the greedy consistency probes after its levels (``run/probing.py``):
-candidate vs reference per round, judged against reference vs reference across rounds (the A/A
-spread, ``verdicts/consistency.py``). A faster candidate that answers differently is no win: a
-consistency FAIL (or INVALID: the probes went unanswered) is every level's verdict.
+the candidate's launches against the reference's, probe by probe, beyond what the launches'
+own spread explains (``verdicts/consistency.py``). A faster candidate that answers differently
+is no win: a consistency FAIL (or INVALID: the probes went unanswered) is every level's verdict.
 """
 
 from __future__ import annotations

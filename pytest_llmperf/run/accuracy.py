@@ -3,14 +3,14 @@
 A server is asked once per (config, item count, seed, backend) and session; every check that
 judges accuracy (the config's points, an A/B holding it) reuses that answer. The requests go to
 the live server between timed levels, never during one (the run's server lock), greedy and
-bounded (``core/accuracy_run``), so they cost time but no measurement.
+bounded (``core/greedy_requests``), so they cost time but no measurement.
 """
 
 from __future__ import annotations
 
 from pytest_llmperf.base.accuracy_items import ITEMS_VERSION, generate_items, is_right, prompt
 from pytest_llmperf.base.results import Workload
-from pytest_llmperf.core.accuracy_run import complete
+from pytest_llmperf.core.greedy_requests import ask
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison, AccuracyRecord, compare_accuracy
 
@@ -19,6 +19,7 @@ __all__ = ["DEADLINE_S", "judge", "probe"]
 DEADLINE_S = 600.0  # all of one probe's requests
 CONCURRENCY = 4
 MAX_TOKENS = 8  # every answer is one word or number; the newline stop ends it sooner
+STOP = ["\n"]
 
 
 def probe(run: PerfRun, config: str, workload: Workload, n: int) -> tuple[AccuracyRecord, str]:
@@ -31,13 +32,14 @@ def probe(run: PerfRun, config: str, workload: Workload, n: int) -> tuple[Accura
     items = generate_items(n, workload.seed)
     with run.servers.lock:
         handle = run.server(config)
-        got = complete(
+        got = ask(
             handle.url,
             [prompt(i.question) for i in items],
             backend=workload.backend,
             api_key=handle.api_key,
             model=handle.kind.served_model if handle.kind is not None else None,
             max_tokens=MAX_TOKENS,
+            stop=STOP,
             concurrency=CONCURRENCY,
             request_timeout_s=workload.request_timeout_s,
             deadline_s=DEADLINE_S,

@@ -36,6 +36,7 @@ from pytest_llmperf.run.busy import (
 )
 from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.run.probing import judge_point, launch_probes, measure_probed
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
@@ -49,6 +50,7 @@ from pytest_llmperf.verdicts.compare import (
     PointComparison,
     compare_point,
 )
+from pytest_llmperf.verdicts.consistency import Consistency
 from pytest_llmperf.verdicts.crossover import sweep_line
 from pytest_llmperf.verdicts.gates import Gate, GateResult, evaluate_gate
 from pytest_llmperf.verdicts.green import green_means, missable
@@ -163,6 +165,7 @@ class PointCheck:
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
     accuracy_drop: float = 0.05
     accuracy: AccuracyComparison | None = None
+    consistency: Consistency | None = None  # the greedy probes against the entry's answers
 
     @property
     def adjusting(self) -> bool:
@@ -177,7 +180,10 @@ class PointCheck:
             self.run.ensure_launches(self.config, self.workload, self.levels, n)
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
-        self.run.ensure(self.config, self.workload, self.concurrency, n, independent=n > 1)
+        if self.update and self.run.options.probes > 0:  # each recording launch answers them
+            measure_probed(self.run, self.config, self.workload, self.concurrency, n)
+        else:
+            self.run.ensure(self.config, self.workload, self.concurrency, n, independent=n > 1)
         self.samples = settle(self.run, self.config, self.workload, self.concurrency, n,
                               self.max_reruns, self.policy)  # fmt: skip
         if self.update:
@@ -344,10 +350,15 @@ class PointCheck:
         if self.on_compared is not None:
             self.on_compared(pc)
         acc = self._accuracy() if pc.verdict != Verdict.INVALID else None
+        # Answers do not depend on the load: changed ones fail even where speed was invalid.
+        cons = self._consistency()
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
                 tolerances=dict(self.tolerances), adjust=self.adjust,
                 green_means=green_means(pc), missable=missable(pc), accuracy=acc)  # fmt: skip
+        if cons is not None and cons.verdict == Verdict.FAIL and not self.update:
+            speed = f"\n{pc.message()}" if pc.verdict == Verdict.FAIL else ""
+            return Outcome.fail(cons.message + speed)
         if pc.verdict == Verdict.INVALID and all_starved(self.samples, self.workload, self.policy):
             return _busy(self.on_busy, [busy_point(self.config, self.samples)])
         if pc.verdict == Verdict.INVALID:
@@ -365,13 +376,18 @@ class PointCheck:
             if self.update or self.invalid_policy == "fail":
                 return Outcome.fail(f"INVALID accuracy probe (not recorded): {acc.message}")
             return Outcome("skip", f"llmperf INVALID accuracy probe: {acc.message}")
+        if cons is not None and cons.verdict == Verdict.INVALID:
+            if self.update or self.invalid_policy == "fail":
+                return Outcome.fail(f"INVALID consistency probes (not recorded): {cons.message}")
+            return Outcome("skip", f"llmperf INVALID consistency probes: {cons.message}")
         if self.update:
             redo_acc = acc is not None and (acc.verdict != Verdict.PASS or self.rerecord)
+            redo_cons = cons is not None and (cons.verdict != Verdict.PASS or self.rerecord)
             if pc.verdict != Verdict.PASS or pc.stale or self.rerecord:
                 self._record(acc)
                 pc.verdict, pc.messages = Verdict.RECORDED, []
-            elif redo_acc and acc is not None:
-                self._record_accuracy(acc)
+            elif redo_acc or redo_cons:
+                self._record_answers(acc if redo_acc else None, redo_cons)
             return Outcome()
         record = self.record_command or f"pytest '{self.nodeid}' --llmperf-update"
         if pc.verdict == Verdict.MISSING:
@@ -402,11 +418,26 @@ class PointCheck:
         )  # fmt: skip
         return self.accuracy
 
-    def _record_accuracy(self, acc: AccuracyComparison) -> None:
-        """Add the probe's answers to the stored entry, whose speed numbers still hold."""
+    def _consistency(self) -> Consistency | None:
+        """The greedy probes against the baseline entry's answers (None: off, or nothing to
+        judge against outside a recording)."""
+        entry = self.store.get(self.key, mark_used=False)
+        self.consistency = judge_point(self.run, self.config, self.workload,
+                                       entry.probes if entry is not None else None,
+                                       update=self.update)  # fmt: skip
+        return self.consistency
+
+    def _probes(self) -> dict[str, Any]:
+        """This session's probe answers for the entry (none: the field left as it is)."""
+        got = launch_probes(self.run, self.config, self.workload)
+        return {"probes": got} if got else {}
+
+    def _record_answers(self, acc: AccuracyComparison | None, probes: bool) -> None:
+        """Add the probes' answers to the stored entry, whose speed numbers still hold."""
         entry = self.store.get(self.key, mark_used=False)
         if entry is not None:
-            entry = entry.model_copy(update={"accuracy": acc.new})
+            update = {"accuracy": acc.new} if acc is not None else {}
+            entry = entry.model_copy(update={**update, **(self._probes() if probes else {})})
             self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
 
     def _record(self, acc: AccuracyComparison | None = None) -> None:
@@ -432,6 +463,7 @@ class PointCheck:
         )
         if acc is not None:
             entry = entry.model_copy(update={"accuracy": acc.new})
+        entry = entry.model_copy(update=self._probes())
         self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
 
 

@@ -103,6 +103,9 @@ class PerfRun:
         self._telemetry = None
         # The accuracy probe's answers per (config, items, seed, backend): run/accuracy.py.
         self.accuracy: dict[tuple[str, int, int, str], tuple[Any, str]] = {}
+        # Each launch's consistency probe answers (or why it gave none) per (config, launch,
+        # probes, tokens, seed, backend): run/probing.py.
+        self.probes: dict[tuple[Any, ...], Any] = {}
 
     # -- the servers (``ServerPool``) ------------------------------------------------------
     def url_for(self, config: str) -> str | None:

@@ -170,9 +170,9 @@ SETTINGS: tuple[Setting, ...] = (
         "probes",
         parse_nonneg_int,
         32,
-        "greedy probe prompts each A/B launch answers after its timed levels; candidate vs "
-        "reference token ids are judged against the reference's A/A spread across rounds, and "
-        "a consistency fail fails the A/B (0 turns the probes off)",
+        "greedy probe prompts each launch answers outside the timed levels (A/B rounds, baseline "
+        "recordings, a run against a baseline that holds answers); changed answers beyond the "
+        "old side's own launch-to-launch spread fail (docs/consistency.md; 0 turns them off)",
     ),
     Setting(
         "probe_tokens",

@@ -38,6 +38,7 @@ from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.base.gpu_stats import GpuTelemetry
 from pytest_llmperf.base.metric_defs import METRICS, Direction
+from pytest_llmperf.base.probes import ProbeSet
 from pytest_llmperf.base.version import __version__
 from pytest_llmperf.verdicts.accuracy import AccuracyRecord
 
@@ -179,12 +180,18 @@ class BaselineEntry(_Model):
     # judged on and which were right, so a later run is paired item by item. Left out of the
     # file when absent, so entries recorded without the probe read as they always did.
     accuracy: AccuracyRecord | None = None
+    # The consistency probes' greedy answers, one set per recording launch that answered them
+    # (``verdicts/consistency.py``): a later run's answers are judged against them, with the
+    # A/A between these launches. Left out of the file when absent, like ``accuracy``.
+    probes: list[ProbeSet] | None = None
 
     @model_serializer(mode="wrap")
-    def _without_absent_accuracy(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _without_absent_probes(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        if isinstance(data, dict) and data.get("accuracy", 0) is None:
-            del data["accuracy"]
+        if isinstance(data, dict):
+            for name in ("accuracy", "probes"):
+                if name in data and data[name] is None:
+                    del data[name]
         return data
 
     @field_validator("metrics")

@@ -1,23 +1,36 @@
 """Output consistency: do two servers give the same greedy answers to the same probes?
 
 A faster release that answers differently is not a speed-up. Each launch answers the seeded
-probes (``core/probes.py``); old and new are compared probe by probe (the share that differ,
-where each first differs), and judged against the A/A spread measured the same way between two
-launches of the old side (across A/B rounds, or a baseline's recording launches): SGLang's
-temperature 0 is not deterministic under dynamic batching and the radix cache, so some
-difference between two launches of one server is normal and must not be called a regression.
+probes (``core/probes.py``); the old side's launches (A/B rounds of the reference, or a
+baseline's recording launches) and the new side's are compared probe by probe. SGLang's
+temperature 0 is not deterministic under dynamic batching and the radix cache, so two launches
+of one unchanged server can answer a probe differently now and then: that A/A spread must not
+be called a regression.
 
-The rule: the new-vs-old difference share fails when a one-sided exact test rejects "the new
-side differs no more often than A/A" at ``alpha`` (Fisher's exact test on the two counts; with
-no A/A measured, an exact binomial test against ``NO_AA_ALLOWANCE``). At ``alpha`` = 1 % an
-unchanged pair fails about once in a hundred runs at most, whatever its batching noise. With
-deterministic inference declared by both servers, batching cannot explain a difference, so any
-difference fails.
+The rule (with several launches in all): an exact permutation test per probe. If nothing
+changed, a probe's answers from all launches are exchangeable: which of them came from the new
+side is an arbitrary labelling. The statistic is the number of (old launch, new launch) answer
+pairs that differ, summed over probes; its null distribution is that of every relabelling of
+each probe's answers (exact, probe by probe, then convolved over probes). Batching drift
+changes one launch's answer to a probe now and then, which relabelling explains; a changed
+model changes the probe's answer in every new launch while the old launches keep theirs, which
+only a few relabellings reproduce (2 of 70 per probe with 4 rounds each). So a probe whose old
+answers agree and whose new answers all differ is strong evidence, and a handful of such probes
+fails, while the false-alarm rate stays at most ``alpha`` whatever the drift rate. The
+assumption is that drift hits probes independently (they are short, distinct prompts).
+
+With one launch on each side nothing can be relabelled: the share of probes answered
+differently then fails when an exact binomial test rejects "at most ``NO_AA_ALLOWANCE``" at
+``alpha`` (record baselines with ``baseline_repeat`` >= 2 to have an A/A). With deterministic
+inference declared by both sides, batching cannot explain a difference, so any probe answered
+differently fails.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,18 +40,21 @@ from pytest_llmperf.base.probes import ProbeSet
 from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
+    "ALPHA",
     "NO_AA_ALLOWANCE",
     "Consistency",
     "Difference",
-    "differences",
     "first_difference",
     "judge_consistency",
+    "permutation_p",
 ]
 
-# The difference share tolerated when no A/A was measured (one launch of the old side): a
-# few drifting probes pass, a changed model (a quarter of the probes) fails.
+# The share of probes tolerated to differ when each side has one launch (no A/A): a few
+# drifting probes pass, a changed model (a quarter of the probes) fails.
 NO_AA_ALLOWANCE = 0.10
 ALPHA = 0.01
+
+Answer = Sequence[int] | str
 
 
 @dataclass(frozen=True)
@@ -49,7 +65,7 @@ class Difference:
     new: int | str | None
 
 
-def first_difference(old: Sequence[int] | str, new: Sequence[int] | str) -> int | None:
+def first_difference(old: Answer, new: Answer) -> int | None:
     """The first position where two answers differ (a prefix differs at its end), else None."""
     for i, (a, b) in enumerate(zip(old, new, strict=False)):
         if a != b:
@@ -57,49 +73,83 @@ def first_difference(old: Sequence[int] | str, new: Sequence[int] | str) -> int 
     return None if len(old) == len(new) else min(len(old), len(new))
 
 
-def differences(old: ProbeSet, new: ProbeSet) -> list[Difference]:
-    out = []
-    for i, (a, b) in enumerate(zip(old.outputs, new.outputs, strict=True)):
-        pos = first_difference(a, b)
-        if pos is not None:
-            out.append(
-                Difference(
-                    i, pos, a[pos] if pos < len(a) else None, b[pos] if pos < len(b) else None
-                )
-            )
-    return out
+def _difference(probe: int, old: Answer, new: Answer) -> Difference | None:
+    pos = first_difference(old, new)
+    if pos is None:
+        return None
+    return Difference(
+        probe, pos, old[pos] if pos < len(old) else None, new[pos] if pos < len(new) else None
+    )
 
 
 @dataclass(frozen=True)
 class Consistency:
     verdict: Verdict
     message: str
-    differing: int  # new-vs-old answers that differ
-    compared: int
-    aa_differing: int
-    aa_compared: int
-    mean_position: float | None  # mean first-difference position of the differing answers
+    differing: int  # probes the new side answered differently from every old launch
+    compared: int  # probes compared
+    aa_differing: int  # probes the old side's own launches answered differently
+    aa_compared: int  # probes whose A/A was measured (0: one old launch)
+    mean_position: float | None  # mean first-difference position of the differing probes
     aa_mean_position: float | None
     first: Difference | None
+    p_value: float | None = None
 
 
-def _mean(diffs: Sequence[Difference]) -> float | None:
-    return statistics.fmean(d.position for d in diffs) if diffs else None
+def _key(answer: Answer) -> tuple[int | str, ...] | str:
+    return answer if isinstance(answer, str) else tuple(answer)
 
 
-def _share(k: int, n: int) -> str:
-    return f"{k} of {n}"
+def _probe_null(answers: Sequence[Answer], n_new: int) -> dict[int, float]:
+    """The distribution of the number of differing (old, new) pairs of one probe over every
+    choice of which ``n_new`` of its ``answers`` are the new side's (each equally likely)."""
+    counts = list(Counter(_key(a) for a in answers).values())
+    n_old = len(answers) - n_new
+    # ways[(chosen, same)]: choices of ``chosen`` new answers from the classes so far, with
+    # ``same`` (old, new) pairs that agree; a class of m answers with j chosen adds j*(m-j).
+    ways: dict[tuple[int, int], int] = {(0, 0): 1}
+    for m in counts:
+        nxt: dict[tuple[int, int], int] = {}
+        for (chosen, same), w in ways.items():
+            for j in range(min(m, n_new - chosen) + 1):
+                k = (chosen + j, same + j * (m - j))
+                nxt[k] = nxt.get(k, 0) + w * math.comb(m, j)
+        ways = nxt
+    total = math.comb(len(answers), n_new)
+    return {
+        n_old * n_new - same: w / total for (chosen, same), w in ways.items() if chosen == n_new
+    }
 
 
-def _p_value(k: int, n: int, k_aa: int, n_aa: int) -> float:
-    """One-sided: how likely ``k`` of ``n`` differing answers are if new differs no more
-    often than A/A does."""
-    if k == 0:
-        return 1.0
-    if n_aa == 0:
-        return float(stats.binom.sf(k - 1, n, NO_AA_ALLOWANCE))
-    table = [[k, n - k], [k_aa, n_aa - k_aa]]
-    return float(stats.fisher_exact(table, alternative="greater").pvalue)
+def permutation_p(old: Sequence[ProbeSet], new: Sequence[ProbeSet]) -> float | None:
+    """One-sided p-value of the per-probe permutation test (module docstring); None when no
+    relabelling is possible (one launch on each side)."""
+    n_old, n_new = len(old), len(new)
+    if n_old + n_new < 3:
+        return None
+    observed = 0
+    dist: dict[int, float] = {0: 1.0}
+    for i in range(len(old[0].outputs)):
+        o = [s.outputs[i] for s in old]
+        n = [s.outputs[i] for s in new]
+        null = _probe_null([*o, *n], n_new)
+        if len(null) == 1:
+            continue  # every relabelling gives this probe's count: it says nothing
+        observed += sum(_key(a) != _key(b) for a in o for b in n)
+        conv: dict[int, float] = {}
+        for t, p in dist.items():
+            for u, q in null.items():
+                conv[t + u] = conv.get(t + u, 0.0) + p * q
+        dist = conv
+    return min(1.0, sum(p for t, p in dist.items() if t >= observed))
+
+
+def _mean(xs: Sequence[int]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def _invalid(message: str) -> Consistency:
+    return Consistency(Verdict.INVALID, message, 0, 0, 0, 0, None, None, None)
 
 
 def judge_consistency(
@@ -111,61 +161,85 @@ def judge_consistency(
     deterministic: bool | None = None,
     alpha: float = ALPHA,
 ) -> Consistency:
-    """Judge ``new[r]`` against ``old[r]`` (pairs by position: one per A/B round, or each new
-    launch against the one recorded set), with the A/A spread from consecutive ``old`` sets.
-    ``deterministic`` None: both sides' declarations decide."""
+    """Judge the ``new`` launches' answers against the ``old`` launches' (the rule in the
+    module docstring). ``deterministic`` None: both sides' declarations decide."""
     if not old or not new:
         return Consistency(
-            Verdict.MISSING, "consistency: no probe answers", 0, 0, 0, 0, *[None] * 3
+            Verdict.MISSING, "consistency: no probe answers", 0, 0, 0, 0, None, None, None
         )
-    pairs = (
-        list(zip(old, new, strict=False)) if len(old) == len(new) else [(old[0], n) for n in new]
-    )
-    bad = [(a, b) for a, b in pairs if not a.same_prompts(b)]
-    if bad:
-        a, b = bad[0]
-        return Consistency(
-            Verdict.INVALID,
+    ref = old[0]
+    bad = next((s for s in (*old, *new) if not ref.same_prompts(s)), None)
+    if bad is not None:
+        return _invalid(
             f"consistency: {old_label} and {new_label} answered different probe sets (seed "
-            f"{a.seed} vs {b.seed}, {len(a.outputs)} vs {len(b.outputs)} probes, max_new_tokens "
-            f"{a.max_new_tokens} vs {b.max_new_tokens}, {a.unit} vs {b.unit}): not comparable",
-            0,
-            0,
-            0,
-            0,
-            None,
-            None,
-            None,
+            f"{ref.seed} vs {bad.seed}, {len(ref.outputs)} vs {len(bad.outputs)} probes, "
+            f"max_new_tokens {ref.max_new_tokens} vs {bad.max_new_tokens}, {ref.unit} vs "
+            f"{bad.unit}): not comparable"
         )
-    diffs = [d for a, b in pairs for d in differences(a, b)]
-    aa_sets = [s for s in old if s.same_prompts(old[0])]
-    aa = [d for a, b in zip(aa_sets, aa_sets[1:], strict=False) for d in differences(a, b)]
-    n = sum(len(a.outputs) for a, _ in pairs)
-    n_aa = sum(len(a.outputs) for a in aa_sets[1:])
+    probes = len(ref.outputs)
+    diffs: list[Difference] = []
+    aa: list[Difference] = []
+    for i in range(probes):
+        olds = [s.outputs[i] for s in old]
+        seen = {_key(a) for a in olds}
+        changed = next((s.outputs[i] for s in new if _key(s.outputs[i]) not in seen), None)
+        if changed is not None:
+            # Where the new answer leaves the old answer it follows longest.
+            got = [d for a in olds if (d := _difference(i, a, changed)) is not None]
+            diffs.append(max(got, key=lambda d: d.position))
+        odd = next((a for a in olds[1:] if _key(a) != _key(olds[0])), None)
+        if odd is not None:
+            d = _difference(i, olds[0], odd)
+            if d is not None:
+                aa.append(d)
+    aa_compared = probes if len(old) >= 2 else 0
     if deterministic is None:
         deterministic = all(s.deterministic for s in (*old, *new))
-    unit = pairs[0][0].unit
-    probes = len(pairs[0][0].outputs)
-    what = "greedy probes" if len(pairs) == 1 else f"greedy probe answers ({probes} x {len(pairs)})"
-    msg = f"consistency: {_share(len(diffs), n)} {what} differ between {old_label} and {new_label}"
+    unit = ref.unit
+    launches = f"{len(old)} vs {len(new)} launches"
+    msg = (
+        f"consistency: {len(diffs)} of {probes} greedy probes answered differently by "
+        f"{new_label} than by {old_label} ({launches}"
+    )
+    if aa_compared:
+        msg += f"; A/A: {old_label} disagreed with itself on {len(aa)} of {probes})"
+    else:
+        msg += "; no A/A measured)"
+    p: float | None = None
     if deterministic:
         msg += " (deterministic inference declared: any difference fails)"
         verdict = Verdict.FAIL if diffs else Verdict.PASS
     else:
-        msg += f" (A/A: {_share(len(aa), n_aa)})" if n_aa else " (no A/A measured)"
-        p = _p_value(len(diffs), n, len(aa), n_aa)
+        p = permutation_p(old, new)
+        if p is None:
+            p = float(stats.binom.sf(len(diffs) - 1, probes, NO_AA_ALLOWANCE)) if diffs else 1.0
+            rule = f"more than the {NO_AA_ALLOWANCE:.0%} allowed without A/A"
+        else:
+            rule = "beyond what relabelling the launches explains"
         verdict = Verdict.FAIL if p < alpha else Verdict.PASS
         if verdict == Verdict.FAIL:
-            base = "A/A" if n_aa else f"the {NO_AA_ALLOWANCE:.0%} allowed without A/A"
-            msg += f"; more often than {base} (one-sided exact p={p:.2g})"
-    first = diffs[0] if diffs else None
-    if first is not None:
+            msg += f"; {rule} (exact p={p:.2g} < {alpha:g})"
+    if diffs:
+        first = diffs[0]
         msg += (
             f"; first difference: probe {first.probe} at {unit} {first.position} "
             f"({_show(first.old)} vs {_show(first.new)}); mean first difference at "
-            f"{unit} {_mean(diffs):.1f}"
+            f"{unit} {_mean([d.position for d in diffs]):.1f}"
         )
-    return Consistency(verdict, msg, len(diffs), n, len(aa), n_aa, _mean(diffs), _mean(aa), first)
+        if aa:
+            msg += f" (A/A {_mean([d.position for d in aa]):.1f})"
+    return Consistency(
+        verdict,
+        msg,
+        len(diffs),
+        probes,
+        len(aa),
+        aa_compared,
+        _mean([d.position for d in diffs]),
+        _mean([d.position for d in aa]),
+        diffs[0] if diffs else None,
+        p,
+    )
 
 
 def _show(x: int | str | None) -> str:

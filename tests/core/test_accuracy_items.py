@@ -16,7 +16,7 @@ from pytest_llmperf.base.accuracy_items import (
     question_of,
     solve,
 )
-from pytest_llmperf.core.accuracy_run import probe_body
+from pytest_llmperf.core.greedy_requests import request_body
 from pytest_llmperf.sim.answers import answer
 
 
@@ -103,11 +103,13 @@ def test_simulator_answers_a_share_and_a_lower_share_is_a_subset() -> None:
 
 
 def test_probe_bodies_are_greedy_and_short() -> None:
-    route, body = probe_body("sglang", "p", 8, None)
+    route, body = request_body("sglang", "p", 8, None, ["\n"])
     assert route == "/generate" and body["text"] == "p"
     assert body["sampling_params"] == {"max_new_tokens": 8, "temperature": 0.0, "stop": ["\n"]}
-    route, body = probe_body("openai", "p", 8, "m")
+    _, body = request_body("sglang", "p", 16, None)  # consistency probes: no stop
+    assert body["sampling_params"] == {"max_new_tokens": 16, "temperature": 0.0}
+    route, body = request_body("openai", "p", 8, "m")
     assert route == "/v1/completions" and body["prompt"] == "p" and body["max_tokens"] == 8
     assert body["temperature"] == 0.0 and body["model"] == "m"
-    route, body = probe_body("openai-chat", "p", 8, None)
+    route, body = request_body("openai-chat", "p", 8, None)
     assert route == "/v1/chat/completions" and body["messages"][0]["content"] == "p"
