@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.checks import PointCheck
+from pytest_llmperf.run.options import RunOptions
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.verdicts.baseline import BaselineStore, summarize
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey
@@ -29,6 +30,7 @@ class ScriptedRun:
         self.relaunch = relaunch
         self.launch = 1
         self.got: list[LevelResult] = []
+        self.options = RunOptions(probes=0)  # speed is scripted here; probes need a server
 
     def _sample(self, c: int) -> LevelResult:
         lv = make_level(c, next(self._next))
