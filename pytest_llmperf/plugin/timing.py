@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmperf.run.plan_time import launch_budget, plan
+from pytest_llmperf.run.sequential import planned_launches
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import Workload
@@ -33,7 +34,15 @@ def plan_lines(
     update = bool(llm.settings["update"])
     samples = max(get("repeat"), get("baseline_repeat")) if update else get("repeat")
 
+    # The sequential rule (not when recording): a first launch measures every level, and each
+    # further look is one launch measuring the points still undecided, up to launch_budget.
+    sequential = bool(get("sequential")) and not update
+    looks = planned_launches(get("launch_budget"), get("time_budget"), None)
+    reruns = looks - 1 if sequential else get("max_reruns")
+
     def budget(n_levels: int) -> tuple[int, int]:
+        if sequential:
+            return 1, looks
         return launch_budget(
             n_levels,
             repeat=get("repeat"),
@@ -51,7 +60,7 @@ def plan_lines(
             )
         except Exception:  # the header already said why this server cannot be used
             continue
-    llm.plan = plan(configs, llm.store, workload, levels, budget, get("max_reruns"), samples)
+    llm.plan = plan(configs, llm.store, workload, levels, budget, reruns, samples)
     return [f"llmperf: {llm.plan.line()}"]
 
 

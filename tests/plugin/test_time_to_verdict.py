@@ -25,7 +25,7 @@ metrics = ["output_throughput"]
 
 PLAN = re.compile(
     r"llmperf: plan: 1 server × (\d+)-(\d+) launches, about ([\d.]+)-([\d.]+) min \((.*?); "
-    r"levels 1,4, (.*?); up to 2 re-runs a point\)"
+    r"levels 1,4, (.*?); up to (\d+) re-runs a point\)"
 )
 TOOK = re.compile(r"took: (\d+) launch(?:es)?, ([\d.]+) min \(predicted ([\d.]+)-([\d.]+) min\)")
 
@@ -48,6 +48,7 @@ def test_the_header_predicts_and_the_summary_says_what_it_took(
     assert plan.group(5) == "no start-up time recorded, 60 s assumed"
     assert plan.group(6) == "measuring time not recorded (start-ups only)"
     assert (int(plan.group(1)), int(plan.group(2))) == (1, 5)
+    assert int(plan.group(7)) == 2  # recording: max_reruns
     assert float(plan.group(3)) == 1.0  # one 60 s start-up
 
     result = run(pytester)
@@ -56,13 +57,15 @@ def test_the_header_predicts_and_the_summary_says_what_it_took(
     startup = re.fullmatch(r"start-up (\d+) s recorded in baselines", plan.group(5))
     assert startup is not None
     assert plan.group(6) == "each level's duration from its recorded throughput"
+    # judging by the sequential rule: one launch, and up to launch_budget (6) looks in all
+    assert (int(plan.group(1)), int(plan.group(2)), int(plan.group(7))) == (1, 6, 5)
     (took,) = [m for line in result.outlines if (m := TOOK.search(line))]
     assert took.group(3, 4) == plan.group(3, 4)
     data = read_json(pytester.path / "llmperf-results" / "results.json")
     spent = data["took"]["plain"]
-    # the summary's numbers are the file's; a session of this suite launches 1 to 5 times
+    # the summary's numbers are the file's; a session of this suite launches 1 to 6 times
     assert int(took.group(1)) == spent["launches"]
-    assert 1 <= spent["launches"] <= 5
+    assert 1 <= spent["launches"] <= 6
     assert spent["seconds"] > 0
     assert float(took.group(2)) == pytest.approx(spent["seconds"] / 60, abs=0.06)
     assert_no_servers_left(pytester.path)
