@@ -5,8 +5,10 @@ the consistency probes): nothing here is measured. Each prompt is one non-stream
 (temperature 0, at most ``max_tokens``, optionally stopping at ``stop``), at most
 ``concurrency`` at a time, each bounded by ``request_timeout_s`` and all of them by
 ``deadline_s``; a request that fails or runs out of time gives ``None`` (its error is kept)
-instead of ending the others. The requests go through the control client (``control_http``),
-so they share its timeouts, auth header and TLS policy.
+instead of ending the others, until ``concurrency`` have failed: a server that answers none of
+a first wave (hung, crashed) costs about two timeouts, not one per prompt. The requests go
+through the control client (``control_http``), so they share its timeouts, auth header and TLS
+policy.
 
 Request and answer fields, as SGLang 0.5.23 defines them: native ``/generate`` takes ``text``
 and ``sampling_params`` (``max_new_tokens``, ``temperature``, ``stop``) and answers ``text``
@@ -96,6 +98,7 @@ async def ask_async(
 ) -> GreedyAnswers:
     n = len(prompts)
     out = GreedyAnswers([None] * n, [None] * n)
+    give_up = max(1, concurrency)
     limit = asyncio.Semaphore(max(1, concurrency))
     end = time.monotonic() + deadline_s
     async with async_client(url, api_key=api_key, read_timeout_s=request_timeout_s) as client:
@@ -105,6 +108,11 @@ async def ask_async(
                 left = end - time.monotonic()
                 if left <= 0:
                     out.errors.append(f"prompt {i}: not sent, the {deadline_s:g} s deadline passed")
+                    return
+                if len(out.errors) >= give_up:
+                    out.errors.append(
+                        f"prompt {i}: not sent, {give_up} requests before it got no answer"
+                    )
                     return
                 route, body = request_body(backend, prompt, max_tokens, model, stop)
                 try:
