@@ -251,6 +251,9 @@ def compare_metric(
         look=look,
     )
     cur = statistics.fmean(samples)
+    within_slack = d.slack > 0 and abs(cur - baseline.mean) <= d.slack
+    if within_slack and dec.outcome != Verdict.PASS:
+        dec = dataclasses.replace(dec, outcome=Verdict.PASS, stale=False)
     verdict = dec.outcome
     where = " ".join(p for p in (config, "" if concurrency is None else f"at C={concurrency}") if p)
     unit = f" {d.unit}" if d.unit else ""
@@ -262,7 +265,8 @@ def compare_metric(
     side = "below" if ch < 0 else "above"
     msg = (
         f"{where + ': ' if where else ''}{name} {fmt_num(cur)}{unit}{of_n} is {_pct(abs(ch))} "
-        f"{side} baseline {fmt_num(baseline.mean)}{unit} (tolerance {_tol(tolerance)})"
+        f"{side} baseline {fmt_num(baseline.mean)}{unit} (tolerance {_tol(tolerance)}"
+        + (f", changes within {fmt_num(d.slack)}{unit} pass)" if within_slack else ")")
     )
     if verdict == Verdict.INCONCLUSIVE:
         msg += f"; {dec.advice(attached=attached)}"

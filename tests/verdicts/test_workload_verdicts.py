@@ -120,6 +120,31 @@ def test_startup_time_doubling_fails_and_small_noise_passes() -> None:
     assert compare_point("plain", lv, entry, workload=WORKLOAD).verdict == Verdict.PASS
 
 
+def test_a_sub_second_start_up_that_grows_within_the_slack_passes() -> None:
+    # A simulated server starts in under a second; a busy box moves that by more than 50 %,
+    # which says nothing about the server. Beyond the 5 s slack the relative rule applies.
+    entry = BaselineEntry(metrics={"startup_s": summarize("startup_s", [0.44])})
+    lv = make_level(1, 108)
+    lv.startup_s = 0.77
+    pc = compare_point("plain", lv, entry, workload=WORKLOAD)
+    assert pc.verdict == Verdict.PASS, pc.message()
+    assert "changes within 5.00 s pass" in pc.metrics[0].message
+    lv.startup_s = 5.6
+    pc = compare_point("plain", lv, entry, workload=WORKLOAD)
+    assert pc.verdict == Verdict.FAIL
+    assert "startup_s 5.60 s is 1172.7 % above baseline 0.44 s (tolerance 50 %)" in pc.message()
+
+
+def test_first_request_slack_is_in_milliseconds() -> None:
+    entry = BaselineEntry(metrics={"first_request_ms": summarize("first_request_ms", [30.0])})
+    lv = make_level(1, 108)
+    lv.first_request_ms = 150.0
+    metrics = ["first_request_ms"]
+    assert compare_point("p", lv, entry, workload=WORKLOAD, metrics=metrics).verdict == Verdict.PASS
+    lv.first_request_ms = 400.0
+    assert compare_point("p", lv, entry, workload=WORKLOAD, metrics=metrics).verdict == Verdict.FAIL
+
+
 @pytest.mark.parametrize("name", ["cache_hit_rate", "startup_s", "first_request_ms"])
 def test_levels_without_the_new_metrics_are_not_judged_on_them(name: str) -> None:
     entry = BaselineEntry(metrics={name: summarize(name, [1.0])})
