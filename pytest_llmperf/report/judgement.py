@@ -36,6 +36,8 @@ class Judgement(BaseModel):
     tolerances: dict[str, float] = Field(default_factory=dict)
     policy: ValidityPolicy = Field(default_factory=ValidityPolicy)
     adjust: str = "none"
+    # point: the sequential rule's launch budget it was judged at (None: the plain rule)
+    looks: int | None = None
     gate: Gate | None = None
     reference: str | None = None  # crossover: the other config
     metric: str | None = None  # crossover: the metric compared

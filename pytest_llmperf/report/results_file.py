@@ -287,6 +287,7 @@ def _judge_point(
             policy=policy,
             adjust=j.adjust,
             concurrencies=[c],
+            looks=j.looks,
         )
         if sweep is not None
         else []

@@ -160,6 +160,7 @@ class PointCheck:
     sequential: bool = False
     launch_budget: int = 6
     time_budget: float | None = None
+    looks: int | None = None  # the launch budget this point was judged at, when sequential
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
@@ -252,7 +253,7 @@ class PointCheck:
         """The sequential rule over the config's sweep (``run/sequential.py``): launches are
         added for the undecided points only, and this point's verdict is its last look."""
         levels = sorted({*self.levels, self.concurrency}) if self.levels else [self.concurrency]
-        budget = self.launch_budget
+        budget = self.looks = self.launch_budget
         settle_config(self.run, self.config, self.workload, levels,
                       lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
                       launch_budget=budget, time_budget_min=self.time_budget,
@@ -354,7 +355,7 @@ class PointCheck:
         cons = self._consistency()
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
-                tolerances=dict(self.tolerances), adjust=self.adjust,
+                tolerances=dict(self.tolerances), adjust=self.adjust, looks=self.looks,
                 green_means=green_means(pc), missable=missable(pc), accuracy=acc)  # fmt: skip
         if cons is not None and cons.verdict == Verdict.FAIL and not self.update:
             speed = f"\n{pc.message()}" if pc.verdict == Verdict.FAIL else ""

@@ -236,6 +236,8 @@ def test_compare_reads_tolerance_metrics_and_crossover_from_the_suite_file(
     save_run(run, tmp_path / "slow.json")
     suite = tmp_path / "llmperf.toml"
     suite.write_text(SUITE)
+    # unset in the suite: pytest's default, not another one of this command's own
+    assert compare_settings(suite).adjust == "auto"
     base = ["compare", str(tmp_path / "slow.json"), "--baselines", str(tmp_path / "b")]
     assert main(base) == 1
     capsys.readouterr()
@@ -348,3 +350,49 @@ def test_merge_and_compare_name_a_sweep_or_ab_file_instead_of_listing_schema_err
             assert "--llmperf-output-dir (default llmperf-results/)" in err
             assert "Field required" not in err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_compare_judges_a_point_at_the_launch_budget_pytest_judged_it_at(tmp_path: Path) -> None:
+    """A point pytest judged by the sequential rule (``looks`` in its Judgement) is judged by
+    the same rule in ``llmperf compare``: the plain rule says otherwise for some of these."""
+    from pytest_llmperf.report.judgement import Judgement
+    from pytest_llmperf.report.results_file import judge_recorded
+    from pytest_llmperf.verdicts.compare import compare_sweep
+
+    def launched(c: int, tput: float, launch: str) -> object:
+        lv = make_level(c, tput)
+        lv.launch = launch
+        return lv
+
+    base_levels = {
+        c: [launched(c, v * f, f"b{i}") for i, f in enumerate((0.97, 1.0, 1.03))]
+        for c, v in PLAIN.items()
+    }
+    store = BaselineStore(tmp_path)
+    sweep = make_sweep("plain", PLAIN)
+    for c, lvs in base_levels.items():
+        key = EntryKey(HW, "plain", sweep.workload.key(), c)
+        store.queue_update(key, entry_from_levels(lvs, ["output_throughput"]))
+    store.flush()
+    differ = 0
+    for factor in (1.0, 0.97, 0.94, 0.9, 0.85, 0.7):
+        cur = {c: v * factor for c, v in PLAIN.items()}
+        first = make_sweep("plain", cur)
+        for lv in first.levels:
+            lv.launch = "c0"
+        repeats = {c: [launched(c, v * g, f"c{i + 1}") for i, g in enumerate((0.98, 1.02))]
+                   for c, v in cur.items()}  # fmt: skip
+        run = RunFile(hardware=HW, sweeps=[first.model_copy(update={"repeats": repeats})])
+        store = BaselineStore(tmp_path)
+        seq = compare_sweep(run.sweeps[0], store, HW, metrics=["output_throughput"], looks=6)
+        plain = compare_sweep(run.sweeps[0], store, HW, metrics=["output_throughput"])
+        differ += sum(a.verdict != b.verdict for a, b in zip(seq, plain, strict=True))
+        checks = [
+            Judgement(kind="point", nodeid=f"t[{p.concurrency}]", config="plain",
+                      workload=sweep.workload.key(), concurrency=p.concurrency,
+                      verdict=p.verdict, metrics=["output_throughput"], looks=6)
+            for p in seq
+        ]  # fmt: skip
+        got = judge_recorded(run.model_copy(update={"checks": checks}), tmp_path)
+        assert {k: v for k, v in got.by_test.items()} == {j.nodeid: j.verdict for j in checks}
+    assert differ, "the two rules agreed everywhere: the test would not catch a lost budget"
