@@ -14,8 +14,14 @@ whole sweep so that the launch residuals are recorded too) and shared by both pr
 * **after**: ``sequential = true`` and ``adjust = "auto"`` (launches added only while a point is
   undecided, up to ``launch_budget``).
 
-Then ``--runs`` runs of each case: unchanged; C=16 25 % slower (``--sim-slowdown 9-16:1.3333``,
-steps whose batch holds 9-16 requests take 4/3 as long); C=16 10 % slower (``9-16:1.1111``).
+Then ``--runs`` runs of each case: unchanged; C=16 25 % slower (``--sim-slowdown 9-16:1.362``,
+steps whose batch holds 9-16 requests take 1.362 times as long); C=16 10 % slower
+(``9-16:1.1266``). The factors are calibrated on the quiet simulator so that C=16's output
+throughput drops by 25.7 % and 10.2 % (a level's first and last steps hold fewer requests, so
+steps 4/3 and 10/9 as long drop it by only 23.5 % and 8.9 %).
+
+``--passes N`` records and judges with ``baseline_passes = N``: each launch measures its levels
+in N interleaved passes, and a launch-adjusted point is judged on its launches' median passes.
 Printed per procedure and case: runs with a false failure (any failed point, unchanged case),
 undecided points, runs caught exactly (only C=16 failed), server launches per run (distinct
 launch ids in results.json) and wall time per run, and ``wall + launches x 300 s``: the cost of
@@ -95,13 +101,18 @@ def main() -> None:
     ap.add_argument("--cases", default="unchanged,25,10")
     ap.add_argument("--procedures", default="before,after")
     ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="baseline_passes: passes of the sweep each launch measures")  # fmt: skip
     args = ap.parse_args()
+    if args.passes > 1:
+        for lines in PROCEDURES.values():
+            lines.append(f"baseline_passes = {args.passes}")
     noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
              f"--sim-time-scale {args.time_scale}")  # fmt: skip
     cases = {
         "unchanged": noise,
-        "25": f"{noise} --sim-slowdown 9-16:1.3333",
-        "10": f"{noise} --sim-slowdown 9-16:1.1111",
+        "25": f"{noise} --sim-slowdown 9-16:1.362",
+        "10": f"{noise} --sim-slowdown 9-16:1.1266",
     }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,9 +20,9 @@ from pytest_llmperf.verdicts.launch_adjust import (
     Launches,
     adjustable,
     current_residuals,
-    launch_residuals,
     launch_values,
-    summarize_residuals,
+    pass_residuals,
+    summarize_passes,
 )
 from pytest_llmperf.verdicts.stats import LaunchNoise
 
@@ -51,11 +51,12 @@ def baseline_residuals(
             continue
         values = launch_values(by_launch, name)
         per_level: dict[int, list[float]] = {}
-        for got in values.values():
-            for c, v in got.items():
-                per_level.setdefault(c, []).append(v)
+        for passes in values.values():
+            for got in passes:
+                for c, v in got.items():
+                    per_level.setdefault(c, []).append(v)
         centers = {c: sum(vs) / len(vs) for c, vs in per_level.items()}
-        summary = summarize_residuals(launch_residuals(values, centers, concurrency))
+        summary = summarize_passes(pass_residuals(values, centers, concurrency))
         if summary is not None:
             out[name] = summary
     return out

@@ -161,6 +161,7 @@ class PointCheck:
     launch_budget: int = 6
     time_budget: float | None = None
     looks: int | None = None  # the launch budget this point was judged at, when sequential
+    baseline_passes: int = 1  # passes of the sweep a recording launch measures (adjusting)
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
@@ -172,13 +173,22 @@ class PointCheck:
     def adjusting(self) -> bool:
         return self.adjust in ("launch", "auto") and can_adjust(self.levels, self.concurrency)
 
+    @property
+    def passes(self) -> int:
+        """Passes of the sweep a launch measures: ``baseline_passes`` when recording, else
+        as many as this point's baseline recorded (its residual noise is that of their mean)."""
+        if self.update:
+            return self.baseline_passes
+        entry = self.store.get(self.key, mark_used=False)
+        return entry.passes if entry is not None else 1
+
     def measure(self) -> None:
         """Measure (or reuse) ``repeat`` samples of this point (``baseline_repeat`` when
         recording, from fresh launches); ``PointError`` if it cannot. Adjusting, each of
         those launches measures the whole sweep."""
         n = max(self.repeat, self.baseline_repeat) if self.update else self.repeat
         if self.adjusting:
-            self.run.ensure_launches(self.config, self.workload, self.levels, n)
+            self.run.ensure_launches(self.config, self.workload, self.levels, n, self.passes)
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
         if self.update and self.run.options.probes > 0:  # each recording launch answers them
@@ -257,7 +267,7 @@ class PointCheck:
         settle_config(self.run, self.config, self.workload, levels,
                       lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
                       launch_budget=budget, time_budget_min=self.time_budget,
-                      policy=self.policy)  # fmt: skip
+                      policy=self.policy, passes=self.passes)  # fmt: skip
         self.samples = self.run.samples(self.config, self.workload, self.concurrency)
         self.comparison = self._compare(self.concurrency, looks=budget)
         return self.comparison
@@ -324,7 +334,9 @@ class PointCheck:
                 # A re-run on the same launch shares its speed and proves little: relaunch.
                 if self.adjusting:
                     n = len(self.run.by_launch(self.config, self.workload)) + 1
-                    self.run.ensure_launches(self.config, self.workload, self.levels, n)
+                    self.run.ensure_launches(
+                        self.config, self.workload, self.levels, n, self.passes
+                    )
                 else:
                     self.run.measure(
                         self.config, self.workload, self.concurrency, fresh_launch=True
@@ -450,7 +462,10 @@ class PointCheck:
         if self.adjusting:
             ok = {id(s) for s in valid}
             by_launch = {
-                lid: {c: s for c, s in got.items() if c != self.concurrency or id(s) in ok}
+                lid: {
+                    c: [x for x in s if c != self.concurrency or id(x) in ok]
+                    for c, s in got.items()
+                }
                 for lid, got in self.run.by_launch(self.config, self.workload).items()
             }
         entry = recorded_entry(

@@ -333,28 +333,38 @@ class PerfRun:
             self.measure(config, workload, concurrency, fresh_launch=fresh)
         return self.samples(config, workload, concurrency)
 
-    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, LevelResult]]:
-        """``config``'s samples grouped by the launch that measured them: {launch: {C: first
-        sample of that launch}} (launch-adjusted verdicts compare levels of one launch)."""
+    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, list[LevelResult]]]:
+        """``config``'s samples grouped by the launch that measured them (``SampleStore``)."""
         return self.store.by_launch(config, workload)
 
     def ensure_launches(
-        self, config: str, workload: Workload, levels: Sequence[int], n: int
-    ) -> dict[str, dict[int, LevelResult]]:
-        """At least ``n`` launches that each measured every level of ``levels`` (fewer when
-        the server cannot be relaunched): the live launch completes its sweep first, then
-        each further launch measures the whole sweep. Returns ``by_launch``."""
+        self, config: str, workload: Workload, levels: Sequence[int], n: int, passes: int = 1
+    ) -> dict[str, dict[int, list[LevelResult]]]:
+        """At least ``n`` launches that each measured every level of ``levels`` ``passes``
+        times (fewer launches when the server cannot be relaunched): the live launch completes
+        its passes first, then each further launch measures them all. A pass measures every
+        level once, so the passes of a launch interleave (1, 4, 16, 1, 4, 16): drift within
+        the launch falls on every level alike. Returns ``by_launch``."""
         need = sorted(set(levels))
-        for _ in range(n + 1):  # each pass completes one launch
+        passes = max(1, passes)
+
+        def full(got: dict[int, list[LevelResult]]) -> bool:
+            return all(len(got.get(c, [])) >= passes for c in need)
+
+        for _ in range(n + 1):  # each round completes one launch
             by = self.by_launch(config, workload)
-            full = [lid for lid, got in by.items() if set(need) <= set(got)]
+            done = [lid for lid, got in by.items() if full(got)]
             cur = self.servers.live_launch(config)
-            if len(full) >= n or (full and not self.can_relaunch(config) and cur in full):
+            if len(done) >= n or (done and not self.can_relaunch(config) and cur in done):
                 return by
-            fresh = cur is not None and cur in full
-            todo = [c for c in need if cur is None or fresh or c not in by.get(cur, {})]
-            for i, c in enumerate(todo):
-                self.measure(config, workload, c, fresh_launch=fresh and i == 0)
+            fresh = cur is not None and cur in done
+            have = {} if cur is None or fresh else by.get(cur, {})
+            first = True
+            for j in range(passes):
+                for c in need:
+                    if len(have.get(c, [])) <= j:
+                        self.measure(config, workload, c, fresh_launch=fresh and first)
+                        first = False
         return self.by_launch(config, workload)
 
     def sweep(self, config: str, workload: Workload) -> SweepResult:

@@ -137,7 +137,9 @@ def plan(
             if tput is None or not tput.mean:
                 measured = False
                 continue
-            sweep += workload.requests_sent(c) * workload.output_len / tput.mean
+            # a launch measures the level in as many passes as its baseline recorded
+            passes = entry.passes if entry is not None else 1
+            sweep += passes * workload.requests_sent(c) * workload.output_len / tput.mean
         lo_s += sweep * samples
         hi_s += sweep * (samples + max_reruns)
     startup = statistics.fmean(startups) if startups else None

@@ -196,11 +196,11 @@ def record_runs(
     return recording
 
 
-def _by_launch(per_level: dict[int, list[LevelResult]]) -> dict[str, dict[int, LevelResult]]:
-    """{launch: {C: its first valid sample}} over all runs (for the launch residuals)."""
-    out: dict[str, dict[int, LevelResult]] = {}
+def _by_launch(per_level: dict[int, list[LevelResult]]) -> dict[str, dict[int, list[LevelResult]]]:
+    """{launch: {C: its valid samples}} over all runs (for the launch residuals)."""
+    out: dict[str, dict[int, list[LevelResult]]] = {}
     for c, samples in per_level.items():
         for s in samples:
             if s.launch is not None:
-                out.setdefault(s.launch, {}).setdefault(c, s)
+                out.setdefault(s.launch, {}).setdefault(c, []).append(s)
     return out

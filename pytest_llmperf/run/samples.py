@@ -21,15 +21,16 @@ class SampleStore:
     def add(self, config: str, workload: Workload, concurrency: int, level: LevelResult) -> None:
         self._samples.setdefault((config, workload, concurrency), []).append(level)
 
-    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, LevelResult]]:
-        """``config``'s samples grouped by the launch that measured them: {launch: {C: first
-        sample of that launch}} (launch-adjusted verdicts compare levels of one launch)."""
-        out: dict[str, dict[int, LevelResult]] = {}
+    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, list[LevelResult]]]:
+        """``config``'s samples grouped by the launch that measured them: {launch: {C: that
+        launch's samples, in order}} (launch-adjusted verdicts compare levels of one launch;
+        the j-th sample of each level is the launch's pass j of the sweep)."""
+        out: dict[str, dict[int, list[LevelResult]]] = {}
         for (c, w, cc), samples in self._samples.items():
             if c == config and w == workload:
                 for lv in samples:
                     if lv.launch is not None:
-                        out.setdefault(lv.launch, {}).setdefault(cc, lv)
+                        out.setdefault(lv.launch, {}).setdefault(cc, []).append(lv)
         return out
 
     def levels(self, config: str, workload: Workload) -> dict[int, list[LevelResult]]:

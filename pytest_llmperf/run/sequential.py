@@ -14,7 +14,7 @@ this config's measuring, whichever comes first (``planned_launches``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.busy import all_starved
@@ -40,13 +40,14 @@ def planned_launches(
     return n
 
 
-def launch_seconds(by_launch: dict[str, dict[int, LevelResult]]) -> tuple[float, int]:
-    """(seconds measured so far, launches): each launch's start-up plus its levels' durations."""
+def launch_seconds(by_launch: Mapping[str, Mapping[int, Sequence[LevelResult]]]
+                   ) -> tuple[float, int]:  # fmt: skip
+    """(seconds measured so far, launches): each launch's start-up plus its samples' durations."""
     total = 0.0
     for levels in by_launch.values():
-        first = next(iter(levels.values()), None)
+        first = next((s[0] for s in levels.values() if s), None)
         total += (first.startup_s or 0.0) if first is not None else 0.0
-        total += sum(lv.duration for lv in levels.values())
+        total += sum(lv.duration for samples in levels.values() for lv in samples)
     return total, len(by_launch)
 
 
@@ -69,10 +70,12 @@ def settle_config(
     launch_budget: int,
     time_budget_min: float | None = None,
     policy: ValidityPolicy | None = None,
+    passes: int = 1,
 ) -> dict[int, PointComparison]:
     """Judge every point of ``levels`` of ``config``, adding launches as the module says;
     returns each point's last comparison. ``levels`` are measured in the live launch first
-    where they have no sample yet."""
+    where they have no sample yet. Adjusting, each added launch measures its levels in
+    ``passes`` interleaved passes, as the baseline's launches did."""
     need = sorted(set(levels))
     for c in need:
         if not run.samples(config, workload, c):
@@ -97,9 +100,11 @@ def settle_config(
         if adjusting:
             # The launch's speed is the median over its levels: fill up with decided ones.
             todo += [c for c in need if c not in todo][: max(0, MIN_LEVELS - len(todo))]
+        rounds = max(1, passes) if adjusting else 1
         try:
-            for i, c in enumerate(sorted(todo)):
-                run.measure(config, workload, c, fresh_launch=i == 0)
+            for j in range(rounds):
+                for i, c in enumerate(sorted(todo)):
+                    run.measure(config, workload, c, fresh_launch=i == 0 and j == 0)
         except PointError:
             break
     return pcs

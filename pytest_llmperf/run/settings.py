@@ -198,6 +198,17 @@ SETTINGS: tuple[Setting, ...] = (
         suite=True,
     ),
     Setting(
+        "baseline_passes",
+        parse_positive_int,
+        1,
+        "passes of the sweep each recording launch measures, its levels interleaved "
+        "(1, 4, 16, 1, 4, 16), when adjusting: a launch-adjusted point is judged on the mean "
+        "of its passes, so drift within a launch counts less; later runs measure as many "
+        "passes as their baseline recorded",
+        marker=True,
+        suite=True,
+    ),
+    Setting(
         "adjust",
         parse_choice("none", "launch", "auto"),
         "auto",

@@ -108,8 +108,22 @@ class LaunchResidual(_Model):
     spread over the baseline's launches, each of which measured the whole sweep."""
 
     mean: float
-    sd: float | None = Field(default=None, ge=0.0)
-    n: int = Field(default=1, ge=1)
+    sd: float | None = Field(default=None, ge=0.0)  # of the launch means
+    n: int = Field(default=1, ge=1)  # launches
+    # With more than one pass of the sweep a launch: the passes' spread about their launch's
+    # mean, its degrees of freedom, and the passes each launch measured (the fewest).
+    within_sd: float | None = Field(default=None, ge=0.0)
+    within_dof: int = Field(default=0, ge=0)
+    passes: int = Field(default=1, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _one_pass_as_before(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A one-pass entry is written as it always was (no pass fields)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.within_sd is None:
+            for name in ("within_sd", "within_dof", "passes"):
+                data.pop(name, None)
+        return data
 
 
 class MetricSummary(_Model):
@@ -184,6 +198,12 @@ class BaselineEntry(_Model):
     # (``verdicts/consistency.py``): a later run's answers are judged against them, with the
     # A/A between these launches. Left out of the file when absent, like ``accuracy``.
     probes: list[ProbeSet] | None = None
+
+    @property
+    def passes(self) -> int:
+        """Passes of the sweep each recording launch measured (``baseline_passes``)."""
+        got = [m.launch_residual.passes for m in self.metrics.values() if m.launch_residual]
+        return max(got, default=1)
 
     @model_serializer(mode="wrap")
     def _without_absent_probes(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
+from scipy import stats as _scipy_stats
 
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
@@ -42,11 +43,16 @@ __all__ = [
     "current_residuals",
     "decide_adjusted",
     "launch_residuals",
+    "median_variance",
+    "launch_centre",
+    "launch_means",
     "launches_of",
+    "pass_residuals",
     "outlier_inflation",
     "pool_residuals",
     "pooled_residual_noise",
     "prefer_adjusted",
+    "summarize_passes",
     "summarize_residuals",
 ]
 
@@ -99,6 +105,57 @@ def summarize_residuals(residuals: Sequence[float]) -> LaunchResidual | None:
         return None
     sd = statistics.stdev(residuals) if len(residuals) >= 2 else None
     return LaunchResidual(mean=statistics.fmean(residuals), sd=sd, n=len(residuals))
+
+
+def summarize_passes(per_launch: Sequence[Sequence[float]]) -> LaunchResidual | None:
+    """``summarize_residuals`` of each launch's median pass (``launch_centre``), and with more
+    than one pass a launch the passes' own spread (``within_sd``, ``within_dof``, ``passes``:
+    the fewest a launch had), what ``pool_residuals`` needs to tell a launch's own effect on a
+    level from the passes' noise. The spread leaves out passes beyond ``OUTLIER_SDS`` robust
+    standard deviations of their launch's median (a stall inside one short level: the median
+    of the launch ignores it, so the spread must not count it either)."""
+    runs = [list(r) for r in per_launch if r]
+    summary = summarize_residuals([launch_centre(r) for r in runs])
+    if summary is None or all(len(r) < 2 for r in runs):
+        return summary
+    # A robust sd, unbiased for Gaussian passes: the median absolute difference of two passes
+    # of one launch is 0.6745 * sqrt(2) sd (deviations from a few passes' own median would
+    # be shrunk, and trim sound passes).
+    pairs = [abs(a - b) for r in runs for i, a in enumerate(r) for b in r[i + 1 :]]
+    scale = statistics.median(pairs) / (0.6745 * math.sqrt(2))
+    kept = [
+        [x for x in r if scale == 0 or abs(x - statistics.median(r)) <= OUTLIER_SDS * scale]
+        for r in runs
+    ]
+    dof = sum(len(r) - 1 for r in kept if r)
+    if dof < 1:
+        return summary
+    ss = sum((x - statistics.fmean(r)) ** 2 for r in kept if r for x in r)
+    return summary.model_copy(
+        update={"within_sd": math.sqrt(ss / dof), "within_dof": dof,
+                "passes": min(len(r) for r in runs)}
+    )  # fmt: skip
+
+
+OUTLIER_SDS = 4.0
+
+
+def launch_centre(passes: Sequence[float]) -> float:
+    """A launch's residual of a level: the median of its passes' (one stalled pass of four
+    moves a mean by a quarter of the stall, a median hardly at all)."""
+    return statistics.median(passes)
+
+
+@lru_cache(maxsize=32)
+def median_variance(passes: int) -> float:
+    """``Var(median of P standard normals) x P``: how much noisier a launch's median pass is
+    than a mean of its passes would be (1 at P = 1 and 2, 1.35 at 3, 1.19 at 4, towards
+    pi/2). Seeded draws, exact to about 1 %."""
+    if passes <= 2:
+        return 1.0
+    rng = np.random.default_rng(0)
+    med = np.median(rng.standard_normal((100_000, passes)), axis=1)
+    return float(med.var() * passes)
 
 
 def decide_adjusted(
@@ -162,9 +219,37 @@ def pool_residuals(summaries: Sequence[LaunchResidual]) -> LaunchNoise | None:
     levels = len(spreads)
     dof = sum(r.n - 1 for r in spreads)
     var = sum((r.n - 1) * (r.sd or 0.0) ** 2 for r in spreads) / dof
+    var, dof = _with_passes(spreads, var, dof)
     return LaunchNoise(
         math.sqrt(var * outlier_inflation(levels)), max(1, dof * (levels - 1) // levels) + 1
     )
+
+
+# An F-test at this level decides whether launches differ beyond their passes' noise.
+LAUNCH_EFFECT_ALPHA = 0.1
+
+
+def _with_passes(spreads: Sequence[LaunchResidual], var: float, dof: int) -> tuple[float, int]:
+    """The launch means' variance ``var`` (``dof``), pooled with the passes' own spread scaled
+    to a launch mean (``within_sd² / passes``) when every level recorded one and an F-test
+    finds no effect of a launch on a level beyond that spread: the launch means then hold
+    nothing the passes do not, and the passes give the degrees of freedom that a few
+    launches cannot. Otherwise the launch means alone, as they are the noise a launch has."""
+    within = [r for r in spreads if r.within_sd is not None and r.within_dof > 0]
+    if len(within) != len(spreads):
+        return var, dof
+    passes = min(r.passes for r in within)
+    dof_w = sum(r.within_dof for r in within)
+    var_w = sum(r.within_dof * (r.within_sd or 0.0) ** 2 for r in within) / dof_w
+    var_w *= median_variance(passes) / passes  # a launch's median pass
+    if var_w <= 0 or var / var_w > _f_critical(dof, dof_w):
+        return var, dof
+    return (dof * var + dof_w * var_w) / (dof + dof_w), dof + dof_w
+
+
+@lru_cache(maxsize=256)
+def _f_critical(dof_num: int, dof_den: int) -> float:
+    return float(_scipy_stats.f.isf(LAUNCH_EFFECT_ALPHA, dof_num, dof_den))
 
 
 @lru_cache(maxsize=32)
@@ -207,29 +292,57 @@ def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:
     return se_adj < se_plain, ratio
 
 
-Launches = Mapping[str, Mapping[int, LevelResult]]
+# {launch: {C: that launch's samples of level C, in the order measured}}. A launch measures
+# its sweep in ``passes`` (1, 4, 16, 1, 4, 16, ...): the j-th sample of each level is pass j.
+Launches = Mapping[str, Mapping[int, Sequence[LevelResult]]]
+# {launch: its passes, each {C: value}}
+PassValues = Mapping[str, Sequence[Mapping[int, float]]]
 
 
-def launches_of(sweep: SweepResult) -> dict[str, dict[int, LevelResult]]:
-    """A sweep's samples grouped by the launch that measured them: {launch: {C: first sample
-    of that launch}} (samples without a launch id cannot be adjusted)."""
-    out: dict[str, dict[int, LevelResult]] = {}
+def launches_of(sweep: SweepResult) -> dict[str, dict[int, list[LevelResult]]]:
+    """A sweep's samples grouped by the launch that measured them (``Launches``; samples
+    without a launch id cannot be adjusted)."""
+    out: dict[str, dict[int, list[LevelResult]]] = {}
     for lv in sweep.levels:
         for sample in sweep.samples(lv.max_concurrency):
             if sample.launch is not None:
-                out.setdefault(sample.launch, {}).setdefault(sample.max_concurrency, sample)
+                out.setdefault(sample.launch, {}).setdefault(sample.max_concurrency, [])
+                out[sample.launch][sample.max_concurrency].append(sample)
     return out
 
 
-def launch_values(by_launch: Launches, name: str) -> dict[str, dict[int, float]]:
-    """{launch: {C: judged value of ``name``}}."""
-    out: dict[str, dict[int, float]] = {}
+def launch_values(by_launch: Launches, name: str) -> dict[str, list[dict[int, float]]]:
+    """{launch: its passes, each {C: judged value of ``name``}}."""
+    out: dict[str, list[dict[int, float]]] = {}
     for lid, levels in by_launch.items():
-        for c, lv in levels.items():
-            v = lv.judged_value(name)
-            if v is not None:
-                out.setdefault(lid, {})[c] = v
+        passes: list[dict[int, float]] = []
+        for c, samples in levels.items():
+            for j, lv in enumerate(samples):
+                while len(passes) <= j:
+                    passes.append({})
+                v = lv.judged_value(name)
+                if v is not None:
+                    passes[j][c] = v
+        out[lid] = passes
     return out
+
+
+def pass_residuals(values: PassValues, centers: Mapping[int, float], concurrency: int
+                   ) -> list[list[float]]:  # fmt: skip
+    """Per launch, level ``concurrency``'s residual in each of its passes that can be
+    adjusted (each pass's own median removed: a pass is free of the launch's speed)."""
+    out: list[list[float]] = []
+    for passes in values.values():
+        got = launch_residuals({str(j): p for j, p in enumerate(passes)}, centers, concurrency)
+        if got:
+            out.append(got)
+    return out
+
+
+def launch_means(values: PassValues, centers: Mapping[int, float], concurrency: int
+                 ) -> list[float]:  # fmt: skip
+    """Level ``concurrency``'s residual per launch (``launch_centre`` of its passes)."""
+    return [launch_centre(r) for r in pass_residuals(values, centers, concurrency)]
 
 
 def current_residuals(
@@ -247,7 +360,7 @@ def current_residuals(
         if not adjustable(name):
             continue
         centers = {c: e.metrics[name].mean for c, e in entries.items() if e and name in e.metrics}
-        res = launch_residuals(launch_values(by_launch, name), centers, concurrency)
+        res = launch_means(launch_values(by_launch, name), centers, concurrency)
         if res:
             out[name] = res
     return out

@@ -56,3 +56,33 @@ def test_relaunches_only_undecided_points_until_decided_or_budget(suite):
     got = _samples(suite)
     assert max(got.values()) <= 2, got
     edge.stdout.fnmatch_lines(["*inconclusive after 2 launches*look 2 of 2*"])
+
+
+def _per_launch(suite) -> Counter[tuple[str, int]]:
+    results = json.loads((suite.path / "llmperf-results" / "results.json").read_text())
+    (sweep,) = results["sweeps"]
+    levels = list(sweep["levels"]) + [lv for reps in sweep["repeats"].values() for lv in reps]
+    return Counter((lv["launch"], lv["max_concurrency"]) for lv in levels)
+
+
+def test_a_baseline_recorded_in_passes_is_judged_in_as_many(suite):
+    """``baseline_passes = 3``: each recording launch measures the sweep three times, the
+    entry says so, and a later run measures three passes a launch whatever its own setting
+    (the recorded residual noise is that of a launch's median pass)."""
+    toml = suite.path / "llmperf.toml"
+    toml.write_text(with_sweep(toml.read_text().replace('adjust = "none"', 'adjust = "launch"'),
+                               "baseline_passes = 3"))  # fmt: skip
+    run(suite, *ARGS, "--llmperf-update", "--llmperf-baseline-repeat", "2").assert_outcomes(
+        passed=3
+    )
+    recorded = _per_launch(suite)
+    assert len({lid for lid, _ in recorded}) == 2 and set(recorded.values()) == {3}, recorded
+    (path,) = (suite.path / "baselines").rglob("plain.json")
+    (entries,) = json.loads(path.read_text())["workloads"].values()
+    for entry in entries.values():
+        res = entry["metrics"]["output_throughput"]["launch_residual"]
+        assert res["passes"] == 3 and res["n"] == 2 and res["within_dof"] >= 2, res
+    toml.write_text(toml.read_text().replace("baseline_passes = 3", "baseline_passes = 1"))
+    run(suite, *ARGS).assert_outcomes(passed=3)
+    judged = _per_launch(suite)
+    assert judged and set(judged.values()) == {3}, judged

@@ -44,11 +44,11 @@ class LaunchLog:
         lv.duration = 60.0 / len(LEVELS)
         self.got[c].append(lv)
 
-    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, LevelResult]]:
-        out: dict[str, dict[int, LevelResult]] = {}
+    def by_launch(self, config: str, workload: Workload) -> dict[str, dict[int, list[LevelResult]]]:
+        out: dict[str, dict[int, list[LevelResult]]] = {}
         for c, lvs in self.got.items():
             for lv in lvs:
-                out.setdefault(lv.launch or "", {})[c] = lv
+                out.setdefault(lv.launch or "", {}).setdefault(c, []).append(lv)
         return out
 
 
@@ -68,6 +68,18 @@ def test_only_undecided_points_are_measured_again_until_decided():
     assert got == dict.fromkeys(LEVELS, Verdict.PASS)
     # launch 1 the sweep; 2: C=4 and C=16 (C=1 decided); 3: C=16 only; then all decided
     assert log.launches == [[1, 4, 16], [4, 16], [16]]
+
+
+def test_an_added_launch_measures_its_levels_in_interleaved_passes_when_adjusting():
+    log = LaunchLog()
+    got = _settle(log, {1: 1, 4: 1, 16: 4}, adjusting=True, launch_budget=6, passes=3)
+    assert got == dict.fromkeys(LEVELS, Verdict.PASS)
+    # the second launch: C=16 undecided, topped up to 3 levels, 3 passes (1, 4, 16, 1, ...)
+    assert log.launches == [[1, 4, 16], [1, 4, 16] * 3]
+    # not adjusting, a pass is a plain re-run on the same launch: one pass a launch
+    log = LaunchLog()
+    _settle(log, {1: 1, 4: 1, 16: 3}, adjusting=False, launch_budget=6, passes=3)
+    assert log.launches == [[1, 4, 16], [16], [16]]
 
 
 def test_the_budget_ends_the_loop_with_the_point_undecided():

@@ -96,6 +96,7 @@ def llmperf_point(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> Point
             repeat=get("repeat"),
             max_reruns=get("max_reruns"),
             baseline_repeat=get("baseline_repeat"),
+            baseline_passes=get("baseline_passes"),
             metrics=get("metrics"),
             tolerances=get("tolerance"),
             update=bool(llm.settings["update"]),
