@@ -28,13 +28,19 @@ launch ids in results.json) and wall time per run, and ``wall + launches x 300 s
 a run where each launch costs 300 s (a big model's load). That cost is virtual: added by
 arithmetic, the simulator does not wait for it.
 
+``--engine sglang`` runs the unchanged case on the real SGLang server on this CPU instead
+(``LLMPERF_SGLANG_PYTHON``; levels 1, 2, 4 of 32 in / 16 out), with the noise this box gives.
+
     python benchmarks/bench_sequential.py --runs 3
+    LLMPERF_SGLANG_PYTHON=.../venv/bin/python python benchmarks/bench_sequential.py \
+        --engine sglang --runs 5 --procedures after
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,6 +63,27 @@ output_len = 64
 metrics = ["output_throughput"]
 {lines}
 """
+# ``--engine sglang``: the real SGLang server on this CPU (LLMPERF_SGLANG_PYTHON, its model32k
+# next to the venv), at levels 1, 2, 4 of 32 in / 16 out; only the unchanged case, as no knob
+# slows one level of a real server by a known amount.
+SUITE_REAL = """
+[[server]]
+name = "plain"
+model = {model}
+python = {python}
+env = {{ SGLANG_USE_CPU_ENGINE = "1" }}
+args = ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend",
+        "pytorch", "--disable-cuda-graph", "--max-total-tokens", "65536", "--sleep-on-idle",
+        "--enable-metrics"]
+launch_timeout_s = 300
+
+[sweep]
+levels = [1, 2, 4]
+input_len = 32
+output_len = 16
+metrics = ["output_throughput"]
+{lines}
+"""
 PROCEDURES = {
     "before": ["sequential = false", 'adjust = "none"'],
     "after": ["sequential = true", 'adjust = "auto"'],
@@ -64,12 +91,14 @@ PROCEDURES = {
 LAUNCH_COST_S = 300.0
 
 
-def pytest_run(target: Path, base: Path, out: Path, sim: str, *, update: bool) -> dict:
+def pytest_run(target: Path, base: Path, out: Path, sim: str | None, *, update: bool) -> dict:
+    """One pytest session; ``sim``: the simulator's noise arguments (None: the real server)."""
     cmd = [
         sys.executable, "-m", "pytest", str(target), "-q", "-p", "no:cacheprovider",
-        "-p", "no:randomly", "--llmperf-simulate", "--llmperf-baseline-dir", str(base),
-        "--llmperf-output-dir", str(out), "--llmperf-sim-args", sim,
+        "-p", "no:randomly", "--llmperf-baseline-dir", str(base), "--llmperf-output-dir", str(out),
     ]  # fmt: skip
+    if sim is not None:
+        cmd += ["--llmperf-simulate", "--llmperf-sim-args", sim]
     if update:
         cmd.append("--llmperf-update")
     t0 = time.monotonic()
@@ -103,14 +132,26 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
     ap.add_argument("--passes", type=int, default=1,
                     help="baseline_passes: passes of the sweep each launch measures")  # fmt: skip
+    ap.add_argument("--engine", choices=("sim", "sglang"), default="sim")
     args = ap.parse_args()
+    global LEVELS, SLOW, SUITE
+    if args.engine == "sglang":
+        python = os.environ.get("LLMPERF_SGLANG_PYTHON", "")
+        if not python:
+            raise SystemExit("--engine sglang needs LLMPERF_SGLANG_PYTHON (sglang-cpu.sh's venv)")
+        model = str(Path(python).parent.parent.parent / "model32k")
+        LEVELS, SLOW = (1, 2, 4), 0
+        SUITE = SUITE_REAL.replace("{model}", json.dumps(model)).replace(
+            "{python}", json.dumps(python)
+        )
+        args.cases = "unchanged"
     if args.passes > 1:
         for lines in PROCEDURES.values():
             lines.append(f"baseline_passes = {args.passes}")
     noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
              f"--sim-time-scale {args.time_scale}")  # fmt: skip
-    cases = {
-        "unchanged": noise,
+    cases: dict[str, str | None] = {
+        "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise} --sim-slowdown 9-16:1.362",
         "10": f"{noise} --sim-slowdown 9-16:1.1266",
     }
@@ -125,7 +166,7 @@ def main() -> None:
         )
         suite = target / "llmperf.toml"
         suite.write_text(SUITE.format(lines="\n".join(PROCEDURES["after"])))
-        rec = pytest_run(target, base, root / "rec", noise, update=True)
+        rec = pytest_run(target, base, root / "rec", cases["unchanged"], update=True)
         print(f"baseline recorded in {rec['wall']:.0f} s, {rec['launches']} launches "
               f"(exit {rec['rc']})", flush=True)  # fmt: skip
         if rec["rc"] != 0:

@@ -285,3 +285,22 @@ def test_passes_keep_the_pass_side_promise_without_stalls():
     passed = outcomes.count(Verdict.PASS) / len(outcomes)
     print(f"passes: passed at d = {DETECT} tol {passed:.4f}")
     assert passed <= beta + _slack(beta, len(outcomes))
+
+
+def test_an_adjusted_point_undecided_at_its_last_look_names_passes():
+    """Undecided after the whole budget with each launch's speed removed: what is left moved
+    within the launch, so the advice names baseline_passes beside baseline_repeat."""
+    from pytest_llmperf.verdicts.baseline import summarize
+    from pytest_llmperf.verdicts.baseline_file import LaunchResidual
+    from pytest_llmperf.verdicts.compare import compare_metric, with_launch_adjustment
+
+    values = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0]
+    base = summarize("output_throughput", values[:3])
+    launches = [f"l{i}" for i in range(6)]
+    mc = compare_metric("output_throughput", values, base, 0.05, launches=launches,
+                        look=Look(6, K).share(0.1))  # fmt: skip
+    residuals = [math.log(0.93) + e for e in (0.03, -0.03, 0.02, -0.02, 0.01, -0.01)]
+    got = with_launch_adjustment(mc, residuals, LaunchResidual(mean=0.0, sd=0.05, n=3), 0.05,
+                                 look=Look(6, K).share(0.9))  # fmt: skip
+    assert got.verdict == Verdict.INCONCLUSIVE, got.message
+    assert "look 6 of 6" in got.message and "(baseline_passes)" in got.message, got.message
