@@ -59,6 +59,10 @@ class PairedResult:
     verdict: Verdict
     message: str
     adjusted: bool = False  # launch factor removed (remove_launch_factor)
+    budget: int | None = None  # sequential: the most rounds (None: a fixed number of rounds)
+    # the largest regression (relative, >= 0 when one is possible) the verdict's interval does
+    # not rule out: what a pass means ("no regression larger than ...")
+    missable: float | None = None
 
 
 def log_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[float]:
@@ -114,11 +118,11 @@ def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, 
     return out
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
     return f"{x * 100:+.1f}".replace("-", "\u2212")
 
 
-def _describe(name: str, change: float, candidate: str, reference: str) -> str:
+def describe_change(name: str, change: float, candidate: str, reference: str) -> str:
     """ "new is 7.9 % slower than old" (throughputs) or "new's median_ttft_ms is 3.0 % higher"."""
     size = f"{abs(change) * 100:.1f} %"
     if metric(name).unit.endswith("/s"):
@@ -160,8 +164,10 @@ def judge_paired(
             verdict=verdict,
             message=message,
             adjusted=adjusted,
+            missable=max(0.0, -low if higher_better else high),
         )
 
+    higher_better = metric(metric_name).direction == "higher"
     if n < 2:
         change = math.exp(d[0]) - 1 if d else 0.0
         return result(
@@ -174,7 +180,6 @@ def judge_paired(
         )
     m, lo, hi = mean_ci(d, confidence)
     change, ci_low, ci_high = math.exp(m) - 1, math.exp(lo) - 1, math.exp(hi) - 1
-    higher_better = metric(metric_name).direction == "higher"
     if higher_better:
         worse_beyond = ci_high < -tolerance
         within = ci_low > -tolerance
@@ -184,9 +189,9 @@ def judge_paired(
     verdict = Verdict.FAIL if worse_beyond else Verdict.PASS if within else Verdict.INCONCLUSIVE
     how = "launch factor removed, " if adjusted else ""
     text = (
-        f"{_describe(metric_name, change, candidate, reference)} at C={concurrency} "
+        f"{describe_change(metric_name, change, candidate, reference)} at C={concurrency} "
         f"(paired over {n} rounds, {how}{confidence * 100:g} % CI "
-        f"{_pct(ci_low)} \u2026 {_pct(ci_high)} %)"
+        f"{pct(ci_low)} \u2026 {pct(ci_high)} %)"
     )
     limit = f"{'-' if higher_better else '+'}{tolerance * 100:g} %"
     if verdict == Verdict.FAIL:

@@ -28,6 +28,7 @@ model = "sim/qwen-moe"
 
 [sweep]
 levels = [1, 4]
+sequential = false  # the fixed rounds (the sequential ones: test_ab_sequential_*)
 
 [[ab]]
 candidate = "new"

@@ -110,8 +110,10 @@ def ab_run(
     workload: Workload,
     levels: tuple[int, ...],
     policy: ValidityPolicy | None = None,
+    marker: dict[str, Any] | None = None,
 ) -> ABRun:
-    """The A/B rounds of one ``[[ab]]``, shared by the tests of its levels."""
+    """The A/B rounds of one ``[[ab]]``, shared by the tests of its levels (the first test's
+    settings decide how they run: ``sequential``, ``launch_budget``, ``time_budget``)."""
     runs = request.config.stash.setdefault(_RUNS, {})
     suite = llm.suites[param.suite_path]
     spec = suite.ab[param.index]
@@ -119,10 +121,14 @@ def ab_run(
     key = (param.suite_path, param.index, workload, levels)
     if key not in runs:
         where = request.node.nodeid
+        marker = marker or {}
         runs[key] = ABRun(
             spec, levels, workload, llm.perf_run(suite), policy=policy,
             accuracy_items=llm.effective(suite, {}, "accuracy_items", where),
             accuracy_drop=llm.effective(suite, {}, "accuracy_drop", where),
+            sequential=llm.effective(suite, marker, "sequential", where),
+            launch_budget=llm.effective(suite, marker, "launch_budget", where),
+            time_budget=llm.effective(suite, marker, "time_budget", where),
         )  # fmt: skip
     return runs[key]
 
@@ -141,7 +147,9 @@ def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:
     levels = llm.effective(suite, marker, "levels", where)
     workload = llm.workload(suite, marker, where, spec.reference)
     return ABCheck(
-        ab=ab_run(request, llm, param, workload, levels, llm.validity_policy(suite, marker, where)),
+        ab=ab_run(
+            request, llm, param, workload, levels, llm.validity_policy(suite, marker, where), marker
+        ),  # fmt: skip
         concurrency=param.concurrency,
         invalid_policy=llm.settings["invalid"],
         on_result=points_of(llm).append,
