@@ -96,7 +96,7 @@ def judge_paired_look(
         f"{pct(math.exp(lo) - 1)} \u2026 {pct(math.exp(hi) - 1)} %)"
     )
     sign = "-" if higher_better else "+"
-    rounds = f"after {n} of {look.looks + 1} rounds"
+    rounds = f"after {look.k + 1} of {look.looks + 1} rounds"  # rounds run, invalid ones too
     if verdict == Verdict.FAIL:
         text += (
             f": a regression beyond the tolerance ({sign}{tolerance * 100:g} %), decided {rounds}"

@@ -23,7 +23,14 @@ from pytest_llmperf.plugin.kinds.base import (
     settings_for,
 )
 from pytest_llmperf.plugin.session import LLMPerfSession, usage_error
-from pytest_llmperf.report.ab_table import AB_FILE_NAME, ABPoint, ab_markdown, ab_table, save_ab
+from pytest_llmperf.report.ab_table import (
+    AB_FILE_NAME,
+    ABPoint,
+    ab_markdown,
+    ab_table,
+    green_lines,
+    save_ab,
+)
 from pytest_llmperf.run import ab
 from pytest_llmperf.run.ab import ABRun
 
@@ -79,6 +86,8 @@ class ABKind(KindDefaults):
             return []
         lines = ["", *ab_table(points).splitlines()]
         lines += [f"A/B {p.verdict}: {p.message}" for p in points]
+        green = green_lines(points)
+        lines += ["what green means (A/B):", *green] if green else []
         judged = {p.ab: p.accuracy for p in points if p.accuracy is not None}
         lines += [f"A/B {ab} accuracy {a.verdict}: {a.message}" for ab, a in judged.items()]
         lines.append(f"A/B results: {llm.output_dir / AB_FILE_NAME}")
