@@ -18,11 +18,13 @@ in the one vocabulary of ``verdicts/verdict.py``:
 Log-ratios make the test scale-free and symmetric (a 2x speed-up and a 2x slow-down are
 ``+-ln 2``); the reported change is ``exp(mean) - 1``, its CI ``exp(bounds) - 1``.
 
-``remove_launch_factor`` is an opt-in for boxes where each launch runs at its own speed (a
-shared GPU, the simulator's ``--sim-launch-speed-sd``): that factor scales every level of a
-launch alike, so subtracting each round's median log-ratio over the levels cancels it. The
-price: a regression that hits every level equally is cancelled too; only level-specific
-regressions remain visible (see docs/gates-and-ab.md).
+``remove_launch_factor`` is for boxes where each launch runs at its own speed (a shared GPU,
+the simulator's ``--sim-launch-speed-sd``): that factor scales every level of a launch alike,
+so subtracting each round's median log-ratio over the levels cancels it. The price: a
+regression that hits every level equally is cancelled too; only level-specific regressions
+remain visible (see docs/gates-and-ab.md). ``adjust = "auto"`` (the default) takes it only
+where the rounds show that factor is the larger noise, keeping the plain comparison as a
+fail-only backstop (``verdicts/paired_sequential.py``, which also holds the sequential rule).
 """
 
 from __future__ import annotations
