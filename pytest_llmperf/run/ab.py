@@ -393,6 +393,7 @@ class ABCheck:
                         ("llmperf_ab_change", f"{result.change:.5f}"),
                         ("llmperf_ab_verdict", result.verdict.value),
                     ]
+                    + ([("llmperf.green_means", g)] if (g := self._point.green_means) else [])
                 )
         return self._point
 

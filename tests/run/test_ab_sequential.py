@@ -10,7 +10,7 @@ from typing import Any, cast
 import numpy as np
 
 from pytest_llmperf.report.ab_table import ab_markdown, ab_table
-from pytest_llmperf.run.ab import ABRun, ab_point
+from pytest_llmperf.run.ab import ABCheck, ABRun, ab_point
 from pytest_llmperf.run.ab_rounds import run_rounds
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.suite import ABSpec
@@ -42,6 +42,9 @@ def test_an_unchanged_ab_stops_at_the_first_look() -> None:
     assert point.green_means is not None
     assert point.green_means.startswith("pass: no regression larger than 0.0 % in ")
     assert "what green means" in ab_markdown([point]) and "2 of 6" in ab_table([point])
+    props: list[tuple[str, str]] = []
+    ABCheck(abr, 1, on_properties=props.extend).evaluate()  # JUnit, as a baseline point's
+    assert dict(props)["llmperf.green_means"].startswith("pass: no regression larger than")
 
 
 def test_a_level_slowed_under_a_big_launch_factor_fails_launch_adjusted() -> None:
