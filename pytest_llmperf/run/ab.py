@@ -241,7 +241,7 @@ class ABRun:
         def judge(d: Sequence[float], share: float, adjusted: bool) -> PairedResult:
             finite = [x for x in d if math.isfinite(x)]
             if look is None:
-                conf = 1 - (1 - spec.confidence) * share
+                conf = spec.confidence if share == 1 else 1 - (1 - spec.confidence) * share
                 return judge_paired(finite, confidence=conf, adjusted=adjusted, **kw)
             return judge_paired_look(finite, look.share(share), confidence=spec.confidence,
                                      adjusted=adjusted, **kw)  # fmt: skip
