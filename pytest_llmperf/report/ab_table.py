@@ -64,8 +64,25 @@ class ABPoint(BaseModel):
     probes_compared: int | None = None
     probes_aa_differing: int | None = None
     probes_aa_compared: int | None = None
+    # Sequential rounds (absent with fixed rounds, and in older files): the most rounds, the
+    # rounds run, and those of the look that decided this level (None: undecided).
+    budget: int | None = None
+    rounds_run: int | None = None
+    decided_after: int | None = None
+    adjusted: bool = False  # judged launch-adjusted (adjust = "launch", or chosen by "auto")
+    # what the verdict vouches for (verdicts/green.py), and the largest regression not ruled out
+    green_means: str | None = None
+    missable: float | None = None
 
     _verdict = field_validator("verdict", "consistency", mode="before")(parse_verdict)
+
+    def rounds_cell(self) -> str:
+        """ "3 of 6" (decided after 3 rounds of a budget of 6), "6 of 6 (undecided)", or "4"."""
+        if self.budget is None:
+            return str(self.rounds)
+        if self.decided_after is None:
+            return f"{self.rounds_run} of {self.budget} (undecided)"
+        return f"{self.decided_after} of {self.budget}"
 
     def outputs_cell(self) -> str:
         if self.consistency is None:
@@ -122,13 +139,13 @@ def ab_rows(points: Sequence[ABPoint]) -> list[list[str]]:
             [
                 p.ab,
                 str(p.concurrency),
-                str(p.rounds),
+                p.rounds_cell(),
                 _mean(p.reference_values),
                 _mean(p.candidate_values),
                 _pct(p.change),
                 f"{_pct(p.ci_low)} \u2026 {_pct(p.ci_high)}",
                 _band(p),
-                f"{p.verdict}{' (launch-adjusted)' if p.adjust == 'launch' else ''}",
+                f"{p.verdict}{' (launch-adjusted)' if p.adjusted or p.adjust == 'launch' else ''}",
             ]
             + ([_accuracy(p)] if any(q.accuracy for q in points) else [])
             + ([p.outputs_cell()] if probed else [])
@@ -149,10 +166,23 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
     return tabulate(ab_rows(points), headers=headers, tablefmt=tablefmt, disable_numparse=True)
 
 
+def green_lines(points: Sequence[ABPoint]) -> list[str]:
+    """What each A/B verdict vouches for, one line a point ("- new-vs-old: pass: no ...")."""
+    return [
+        f"- {p.ab}: {p.green_means}"
+        for p in sorted(points, key=lambda p: (p.ab, p.concurrency))
+        if p.green_means
+    ]
+
+
 def ab_markdown(points: Sequence[ABPoint]) -> str:
     if not points:
         return ""
-    return "### llmperf A/B (paired rounds)\n\n" + ab_table(points, tablefmt="github") + "\n"
+    out = "### llmperf A/B (paired rounds)\n\n" + ab_table(points, tablefmt="github") + "\n"
+    green = green_lines(points)
+    if green:
+        out += "\n#### what green means\n\n" + "\n".join(green) + "\n"
+    return out
 
 
 def save_ab(points: Sequence[ABPoint], path: str | os.PathLike[str]) -> None:

@@ -1,12 +1,15 @@
 """Same-job A/B runs: two servers measured in interleaved rounds, judged on paired differences.
 
-A ``[[ab]]`` entry names a candidate and a reference server. ``ABRun.measure`` runs
-``rounds`` rounds; each round launches both servers afresh, one at a time (reference first in
-even rounds, candidate first in odd ones, unless ``order = "fixed"``: alternating cancels an
-order effect such as a warming box), and measures every level of the sweep on each launch.
+A ``[[ab]]`` entry names a candidate and a reference server. ``ABRun.measure`` runs rounds:
+all ``rounds`` of them, or (``sequential``, the default setting) one at a time until every level
+is decided, ``rounds`` being the budget (``run/ab_rounds.py``). Each round launches both servers
+afresh, one at a time (reference first in even rounds, candidate first in odd ones, unless
+``order = "fixed"``: alternating cancels an order effect such as a warming box), and measures
+every level of the sweep on each launch.
 Relaunching per round is what makes the rounds independent samples of per-launch noise; pairing
 the two launches of a round cancels slow drift of the machine. ``verdicts/paired.py`` judges
-each level on the paired log-ratios. All levels of an A/B are measured once, on the first
+each level on the paired log-ratios (``verdicts/paired_sequential.py`` at each look, and the
+``adjust = "auto"`` choice). All levels of an A/B are measured once, on the first
 check that asks, and shared by the checks of the other levels.
 
 An invalid level (``verdicts/validity.py``: failed requests, a starved load generator, prompts
@@ -24,7 +27,7 @@ is no win: a consistency FAIL (or INVALID: the probes went unanswered) is every 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,18 +38,28 @@ from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.core.probes import ProbeError
 from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run import accuracy
+from pytest_llmperf.run.ab_rounds import FIXED_ROUNDS, run_rounds
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.probing import probe_launch
+from pytest_llmperf.run.sequential import DEFAULT_LAUNCH_BUDGET
 from pytest_llmperf.run.suite import ABSpec
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.consistency import Consistency, judge_consistency
+from pytest_llmperf.verdicts.green import paired_green_means
+from pytest_llmperf.verdicts.launch_adjust import MIN_LEVELS
 from pytest_llmperf.verdicts.paired import (
     PairedResult,
     aa_band,
     judge_paired,
     remove_launch_factor,
 )
+from pytest_llmperf.verdicts.paired_sequential import (
+    choose_adjust,
+    judge_paired_look,
+    judge_with_backstop,
+)
+from pytest_llmperf.verdicts.sequential import Look
 from pytest_llmperf.verdicts.validity import ValidityPolicy, check_level
 from pytest_llmperf.verdicts.verdict import Verdict, worst
 
@@ -93,28 +106,33 @@ class ABRun:
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
     accuracy_drop: float = 0.05
     accuracy: AccuracyComparison | None = None
+    # the sequential rule (settings ``sequential``, ``launch_budget``, ``time_budget``)
+    sequential: bool = False
+    launch_budget: int = DEFAULT_LAUNCH_BUDGET  # the most rounds when ``rounds`` is not given
+    time_budget: float | None = None  # minutes of rounds
+    # C -> (rounds, verdict) of the look that decided the level (sequential)
+    decided: dict[int, tuple[int, PairedResult]] = field(default_factory=dict)
+    out_of_time: bool = False  # the time budget stopped the rounds
     _consistency: Consistency | None = None
 
+    @property
+    def budget(self) -> int:
+        """The most rounds: ``rounds``, else ``launch_budget`` (sequential) or 4 (fixed)."""
+        if self.spec.rounds is not None:
+            return self.spec.rounds
+        return max(2, self.launch_budget) if self.sequential else FIXED_ROUNDS
+
     def measure(self) -> None:
-        """Run every round (once); a failure is kept and raised again for every level."""
+        """Run the rounds (once): all of them, or, sequential, until every level is decided;
+        a failure is kept and raised again for every level."""
         if self.error is not None:
             raise ABError(self.error)
         if self.measured:
             return
         spec = self.spec
         try:
-            for r in range(spec.rounds):
-                order = round_order(spec, r)
-                self.orders.append(order)
-                for config in order:
-                    self.run.stop(config)  # a fresh launch per round: independent launch noise
-                    for c in self.levels:
-                        value = self._value(config, c, r)
-                        self.values.setdefault(config, {}).setdefault(c, []).append(value)
-                    self._probe(config, r)
-                    if r == 0 and self.accuracy_items:  # untimed, after the timed levels
-                        accuracy.probe(self.run, config, self.workload, self.accuracy_items)
-                    self.run.stop(config)
+            look = self._look if self.sequential else None
+            _, self.out_of_time = run_rounds(self.budget, self._round, look, self.time_budget)
         except (PointError, ABError) as exc:
             self.error = f"ab {spec.label}: round {len(self.orders)}: {exc}"
             raise ABError(self.error) from None
@@ -125,6 +143,29 @@ class ABRun:
                 self.run, spec.candidate, self.workload, self.accuracy_items, old[0],
                 drop=self.accuracy_drop, new_label=spec.candidate, old_label=spec.reference,
             )  # fmt: skip
+
+    def _round(self, r: int) -> None:
+        order = round_order(self.spec, r)
+        self.orders.append(order)
+        for config in order:
+            self.run.stop(config)  # a fresh launch per round: independent launch noise
+            for c in self.levels:
+                value = self._value(config, c, r)
+                self.values.setdefault(config, {}).setdefault(c, []).append(value)
+            self._probe(config, r)
+            if r == 0 and self.accuracy_items:  # untimed, after the timed levels
+                accuracy.probe(self.run, config, self.workload, self.accuracy_items)
+            self.run.stop(config)
+
+    def _look(self, n: int) -> bool:
+        """Judge the undecided levels on the first ``n`` rounds; a decided one keeps its
+        verdict. True when every level is decided."""
+        for c in self.levels:
+            if c not in self.decided:
+                res = self._judge_speed(c, n)
+                if res.verdict in (Verdict.PASS, Verdict.FAIL):
+                    self.decided[c] = (n, res)
+        return len(self.decided) == len(self.levels)
 
     def _probe(self, config: str, r: int) -> None:
         if self.probe_error is not None:
@@ -169,9 +210,10 @@ class ABRun:
         self.invalid.setdefault((config, c), []).append(f"round {r + 1}: " + "; ".join(reasons))
         return math.nan
 
-    def log_ratios(self) -> dict[int, list[float]]:
-        """ln(candidate / reference) per round, per level (after ``adjust``); NaN where a
-        round's pair (or, adjusted, its launch factor) had no valid measurement."""
+    def log_ratios(self, adjust: bool | None = None) -> dict[int, list[float]]:
+        """ln(candidate / reference) per round, per level (launch-adjusted with ``adjust``,
+        by default when ``adjust = "launch"``); NaN where a round's pair (or, adjusted, its
+        launch factor) had no valid measurement."""
         cand, ref = self.values[self.spec.candidate], self.values[self.spec.reference]
         d = {
             c: [
@@ -180,7 +222,40 @@ class ABRun:
             ]
             for c in cand
         }
-        return remove_launch_factor(d) if self.spec.adjust == "launch" else d
+        adjust = self.spec.adjust == "launch" if adjust is None else adjust
+        return remove_launch_factor(d) if adjust else d
+
+    def _judge_speed(self, c: int, n: int) -> PairedResult:
+        """Level ``c`` on the first ``n`` rounds: the sequential rule at look ``n - 1`` of
+        ``budget - 1``, or the fixed CI rule; plain, launch-adjusted, or (``auto``) adjusted
+        with a plain backstop where ``choose_adjust`` says the common factor is the larger
+        noise."""
+        spec = self.spec
+        plain = {k: v[:n] for k, v in self.log_ratios(adjust=False).items()}
+        look = Look(n - 1, self.budget - 1) if self.sequential else None
+        kw: dict[str, Any] = {
+            "candidate": spec.candidate, "reference": spec.reference, "metric_name": spec.metric,
+            "concurrency": c, "tolerance": spec.tolerance,
+        }  # fmt: skip
+
+        def judge(d: Sequence[float], share: float, adjusted: bool) -> PairedResult:
+            finite = [x for x in d if math.isfinite(x)]
+            if look is None:
+                conf = spec.confidence if share == 1 else 1 - (1 - spec.confidence) * share
+                return judge_paired(finite, confidence=conf, adjusted=adjusted, **kw)
+            return judge_paired_look(finite, look.share(share), confidence=spec.confidence,
+                                     adjusted=adjusted, **kw)  # fmt: skip
+
+        if spec.adjust == "none" or (spec.adjust == "auto" and len(plain) < MIN_LEVELS):
+            return judge(plain[c], 1.0, False)
+        adjusted = remove_launch_factor(plain)[c]
+        if spec.adjust == "launch":
+            return judge(adjusted, 1.0, True)
+        choice = choose_adjust(plain)
+        if choice.adjusted:
+            return judge_with_backstop(plain[c], adjusted, judge, choice.why)
+        res = judge(plain[c], 1.0, False)
+        return replace(res, message=f"{res.message}; plain comparison: {choice.why}")
 
     def result(self, concurrency: int) -> PairedResult:
         res = self._speed(concurrency)
@@ -199,35 +274,38 @@ class ABRun:
             )
         return replace(res, message=f"{res.message}; {cons.message}")
 
+    def judged_rounds(self, concurrency: int) -> int:
+        """The rounds the level's verdict rests on: those of the look that decided it, else
+        all rounds run."""
+        got = self.decided.get(concurrency)
+        return got[0] if got is not None else len(self.orders)
+
     def _speed(self, concurrency: int) -> PairedResult:
         self.measure()
         spec = self.spec
-        ratios = self.log_ratios()[concurrency]
-        d = [x for x in ratios if math.isfinite(x)]
-        res = judge_paired(
-            d,
-            candidate=spec.candidate,
-            reference=spec.reference,
-            metric_name=spec.metric,
-            concurrency=concurrency,
-            tolerance=spec.tolerance,
-            confidence=spec.confidence,
-            adjusted=spec.adjust == "launch",
-        )
+        n = self.judged_rounds(concurrency)
+        got = self.decided.get(concurrency)
+        res = got[1] if got is not None else self._judge_speed(concurrency, n)
+        if self.out_of_time and got is None and res.verdict == Verdict.INCONCLUSIVE:
+            res = replace(
+                res, message=f"{res.message}; the time budget ({self.time_budget:g} min) is spent"
+            )
         sides = (spec.reference, spec.candidate)
-        note = clock_note({n: self.gpu.get(n, {}).get(concurrency, []) for n in sides})
+        note = clock_note({s: self.gpu.get(s, {}).get(concurrency, []) for s in sides})
         if note:
             res = replace(res, message=f"{res.message}; {note}")
-        left_out = len(ratios) - len(d)
+        ratios = self.log_ratios(adjust=res.adjusted)[concurrency][:n]
+        left_out = sum(not math.isfinite(x) for x in ratios)
         if not left_out:
             return res
         why = [
             f"{config}: {reason}"
             for config in (spec.reference, spec.candidate)
             for reason in self.invalid.get((config, concurrency), [])
+            if int(reason.split(":")[0].split()[1]) <= n
         ] or ["other levels of those rounds were invalid, so their launch factor is unknown"]
         left = f"{left_out} of {len(ratios)} rounds left out as invalid ({'; '.join(why)})"
-        if len(d) < 2:
+        if len(ratios) - left_out < 2:
             return replace(
                 res,
                 verdict=Verdict.INVALID,
@@ -246,6 +324,8 @@ def _or_none(values: list[float]) -> list[float | None]:
 def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
     c = result.concurrency
     cons = ab.consistency()
+    got = ab.decided.get(c)
+    decided = got[0] if got is not None and result.verdict == got[1].verdict else None
     return ABPoint(
         ab=ab.spec.label,
         candidate=result.candidate,
@@ -271,6 +351,12 @@ def ab_point(ab: ABRun, result: PairedResult) -> ABPoint:
         probes_compared=None if cons is None else cons.compared,
         probes_aa_differing=None if cons is None else cons.aa_differing,
         probes_aa_compared=None if cons is None else cons.aa_compared,
+        budget=ab.budget if ab.sequential else None,
+        rounds_run=len(ab.orders),
+        decided_after=decided,
+        adjusted=result.adjusted,
+        green_means=paired_green_means(result, decided),
+        missable=result.missable,
     )
 
 
@@ -307,6 +393,7 @@ class ABCheck:
                         ("llmperf_ab_change", f"{result.change:.5f}"),
                         ("llmperf_ab_verdict", result.verdict.value),
                     ]
+                    + ([("llmperf.green_means", g)] if (g := self._point.green_means) else [])
                 )
         return self._point
 

@@ -238,11 +238,20 @@ SETTINGS: tuple[Setting, ...] = (
         parse_bool,
         True,
         "judge by the sequential rule (docs/verdicts.md): one more launch of a config measures "
-        "its undecided points until all are decided or the budget is spent; false: max_reruns",
+        "its undecided points until all are decided or the budget is spent ([[ab]]: one more "
+        "round, rounds being the budget); false: max_reruns, and [[ab]]'s fixed rounds",
         **TEST,
     ),
-    Setting("launch_budget", parse_positive_int, 6, "most launches per config to decide", **TEST),
-    Setting("time_budget", parse_positive_float, None, "minutes per config to decide", **TEST),
+    Setting(
+        "launch_budget",
+        parse_positive_int,
+        6,
+        "most launches per config to decide (and [[ab]] rounds when it sets no rounds)",
+        **TEST,
+    ),
+    Setting(
+        "time_budget", parse_positive_float, None, "minutes per config or [[ab]] to decide", **TEST
+    ),
     Setting(
         "relaunch",
         parse_choice("rerun", "never"),

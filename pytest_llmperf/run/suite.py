@@ -93,23 +93,27 @@ class SuiteDeprecationWarning(FutureWarning):
 class ABSpec(BaseModel):
     """``[[ab]]``: a same-job A/B of two servers (``verdicts/paired.py``, ``run/ab.py``).
 
-    ``rounds`` rounds, each launching reference and candidate afresh (order alternating per
-    round unless ``order = "fixed"``) and measuring every level of the sweep on each; a point
-    fails when the paired CI of ``metric`` lies wholly beyond ``tolerance``.
+    Rounds each launch reference and candidate afresh (order alternating per round unless
+    ``order = "fixed"``) and measure every level of the sweep on each. With the ``sequential``
+    setting (default) ``rounds`` is the budget (default: ``launch_budget``) and rounds are
+    added until every level is decided; else ``rounds`` rounds (default 4) and a point fails
+    when the paired CI of ``metric`` lies wholly beyond ``tolerance``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     candidate: str
     reference: str
-    rounds: int = Field(default=4, ge=2, le=100)
+    rounds: int | None = Field(default=None, ge=2, le=100)
     metric: MetricName = "output_throughput"
     tolerance: float = Field(default=0.05, ge=0, lt=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     order: Literal["alternate", "fixed"] = "alternate"
-    # "launch": cancel each launch's common speed factor (see verdicts/paired.py); hides
-    # regressions that hit every level alike, so it is opt-in.
-    adjust: Literal["none", "launch"] = "none"
+    # "launch": cancel each launch's common speed factor (see verdicts/paired.py), which hides
+    # regressions that hit every level alike; "auto": launch-adjusted where the rounds show
+    # the common factor is the larger noise, the plain comparison a fail-only backstop
+    # (verdicts/paired_sequential.py); "none": plain.
+    adjust: Literal["none", "launch", "auto"] = "auto"
     levels: LevelsField = None
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

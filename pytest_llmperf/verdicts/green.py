@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 
 from pytest_llmperf.verdicts.compare import MetricComparison, PointComparison
+from pytest_llmperf.verdicts.paired import PairedResult
 from pytest_llmperf.verdicts.verdict import Verdict
 
-__all__ = ["green_means", "launches", "missable"]
+__all__ = ["green_means", "launches", "missable", "paired_green_means"]
 
 
 def _pct(x: float) -> str:
@@ -80,3 +81,35 @@ def green_means(point: PointComparison) -> str:
     if point.verdict == Verdict.MISSING:
         return f"missing {where}: no baseline to compare with"
     return f"recorded {where}: this run's samples are the baseline now"
+
+
+def paired_green_means(res: PairedResult, decided_after: int | None = None) -> str:
+    """The same sentence for an A/B point: "pass: no regression larger than 6.1 % in
+    output_throughput at C=64 (n=3 paired rounds, decided after 3 of 6 rounds)". The bound is
+    the worse end of the interval the verdict used (``PairedResult.missable``): at a
+    sequential look the pass side's, else the confidence interval's."""
+    where = f"at C={res.concurrency}"
+    parts = [f"n={res.rounds} paired round{'s' if res.rounds != 1 else ''}"]
+    if res.adjusted:
+        parts.append("launch-adjusted")
+    if res.budget is not None:
+        parts.append(
+            f"decided after {decided_after} of {res.budget} rounds"
+            if decided_after is not None
+            else f"undecided after the budget of {res.budget} rounds"
+            if res.verdict == Verdict.INCONCLUSIVE
+            else f"budget {res.budget} rounds"
+        )
+    n = f" ({', '.join(parts)})"
+    change = f"{res.metric} {100 * res.change:+.1f} %"
+    bound = _pct(res.missable) if res.missable is not None else None
+    if res.verdict == Verdict.PASS:
+        if bound is None:
+            return f"pass {where}{n}"
+        return f"pass: no regression larger than {bound} in {res.metric} {where}{n}"
+    if res.verdict == Verdict.INCONCLUSIVE:
+        tail = f"; a regression up to {bound} is not ruled out" if bound is not None else ""
+        return f"inconclusive {where}{n}: the change ({change}) is within the noise{tail}"
+    if res.verdict == Verdict.FAIL:
+        return f"fail {where}{n}: a regression beyond tolerance and noise ({change})"
+    return f"{res.verdict} {where}: not a measurement of speed, no verdict"

@@ -18,11 +18,13 @@ in the one vocabulary of ``verdicts/verdict.py``:
 Log-ratios make the test scale-free and symmetric (a 2x speed-up and a 2x slow-down are
 ``+-ln 2``); the reported change is ``exp(mean) - 1``, its CI ``exp(bounds) - 1``.
 
-``remove_launch_factor`` is an opt-in for boxes where each launch runs at its own speed (a
-shared GPU, the simulator's ``--sim-launch-speed-sd``): that factor scales every level of a
-launch alike, so subtracting each round's median log-ratio over the levels cancels it. The
-price: a regression that hits every level equally is cancelled too; only level-specific
-regressions remain visible (see docs/gates-and-ab.md).
+``remove_launch_factor`` is for boxes where each launch runs at its own speed (a shared GPU,
+the simulator's ``--sim-launch-speed-sd``): that factor scales every level of a launch alike,
+so subtracting each round's median log-ratio over the levels cancels it. The price: a
+regression that hits every level equally is cancelled too; only level-specific regressions
+remain visible (see docs/gates-and-ab.md). ``adjust = "auto"`` (the default) takes it only
+where the rounds show that factor is the larger noise, keeping the plain comparison as a
+fail-only backstop (``verdicts/paired_sequential.py``, which also holds the sequential rule).
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ class PairedResult:
     verdict: Verdict
     message: str
     adjusted: bool = False  # launch factor removed (remove_launch_factor)
+    budget: int | None = None  # sequential: the most rounds (None: a fixed number of rounds)
+    # the largest regression (relative, >= 0 when one is possible) the verdict's interval does
+    # not rule out: what a pass means ("no regression larger than ...")
+    missable: float | None = None
 
 
 def log_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[float]:
@@ -114,11 +120,11 @@ def remove_launch_factor(per_level: Mapping[int, Sequence[float]]) -> dict[int, 
     return out
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
     return f"{x * 100:+.1f}".replace("-", "\u2212")
 
 
-def _describe(name: str, change: float, candidate: str, reference: str) -> str:
+def describe_change(name: str, change: float, candidate: str, reference: str) -> str:
     """ "new is 7.9 % slower than old" (throughputs) or "new's median_ttft_ms is 3.0 % higher"."""
     size = f"{abs(change) * 100:.1f} %"
     if metric(name).unit.endswith("/s"):
@@ -160,8 +166,10 @@ def judge_paired(
             verdict=verdict,
             message=message,
             adjusted=adjusted,
+            missable=max(0.0, -low if higher_better else high),
         )
 
+    higher_better = metric(metric_name).direction == "higher"
     if n < 2:
         change = math.exp(d[0]) - 1 if d else 0.0
         return result(
@@ -174,7 +182,6 @@ def judge_paired(
         )
     m, lo, hi = mean_ci(d, confidence)
     change, ci_low, ci_high = math.exp(m) - 1, math.exp(lo) - 1, math.exp(hi) - 1
-    higher_better = metric(metric_name).direction == "higher"
     if higher_better:
         worse_beyond = ci_high < -tolerance
         within = ci_low > -tolerance
@@ -184,9 +191,9 @@ def judge_paired(
     verdict = Verdict.FAIL if worse_beyond else Verdict.PASS if within else Verdict.INCONCLUSIVE
     how = "launch factor removed, " if adjusted else ""
     text = (
-        f"{_describe(metric_name, change, candidate, reference)} at C={concurrency} "
+        f"{describe_change(metric_name, change, candidate, reference)} at C={concurrency} "
         f"(paired over {n} rounds, {how}{confidence * 100:g} % CI "
-        f"{_pct(ci_low)} \u2026 {_pct(ci_high)} %)"
+        f"{pct(ci_low)} \u2026 {pct(ci_high)} %)"
     )
     limit = f"{'-' if higher_better else '+'}{tolerance * 100:g} %"
     if verdict == Verdict.FAIL:

@@ -28,6 +28,7 @@ model = "sim/qwen-moe"
 
 [sweep]
 levels = [1, 4]
+sequential = false  # the fixed rounds (the sequential ones: test_ab_sequential_*)
 
 [[ab]]
 candidate = "new"
@@ -100,3 +101,44 @@ def test_ab_points_reach_the_controller_under_xdist(pytester: pytest.Pytester) -
     points = json.loads((out / "ab.json").read_text())["points"]
     assert sorted(p["concurrency"] for p in points) == [1, 4]
     assert_no_servers_left(pytester.path)
+
+
+SEQUENTIAL_SUITE = SUITE.replace(
+    "sequential = false  # the fixed rounds (the sequential ones: test_ab_sequential_*)\n", ""
+).replace("rounds = 4", "rounds = 6  # the budget")
+
+
+def _sequential_session(pytester: pytest.Pytester, *sim: str) -> tuple[str, dict[int, dict]]:
+    pytester.makefile(".toml", llmperf=light(SEQUENTIAL_SUITE))
+    pytester.makepyfile(test_ab="def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
+    out = pytester.path / "out"
+    result = pytester.runpytest_subprocess(
+        *FAST, "--llmperf-output-len", "64", *sim, "--llmperf-output-dir", str(out), timeout=300
+    )
+    data = json.loads((out / "ab.json").read_text())
+    assert_no_servers_left(pytester.path)
+    return result.stdout.str(), {p["concurrency"]: p for p in data["points"]}
+
+
+def test_ab_sequential_unchanged_stops_before_the_budget(pytester: pytest.Pytester) -> None:
+    out, points = _sequential_session(pytester)
+    assert not re.findall(r"^FAILED", out, re.M), out[-3000:]
+    for c, p in points.items():
+        assert p["verdict"] == "pass", (c, p["message"])
+        assert p["budget"] == 6 and p["decided_after"] is not None, c
+        assert f"decided after {p['decided_after']} of 6 rounds" in p["message"]
+        assert p["green_means"].startswith("pass: no regression larger than ")
+    rounds_run = {p["rounds_run"] for p in points.values()}
+    assert len(rounds_run) == 1 and rounds_run.pop() < 6  # stopped before the budget
+    assert "what green means (A/B):" in out
+    green = r"- new-vs-old: pass: no regression larger than \S+ % in output_throughput at C=4 "
+    assert re.search(green + r"\(n=\d paired rounds, decided after \d of 6 rounds\)", out), out
+
+
+def test_ab_sequential_fails_the_slowed_level(pytester: pytest.Pytester) -> None:
+    out, points = _sequential_session(pytester, "--llmperf-sim-args", "new: --sim-slowdown 3-4:4.0")
+    failed = set(re.findall(r"^FAILED \S+::(\S+)", out, re.M))
+    assert failed == {"test_ab[new-vs-old-C4]"}, out[-3000:]
+    assert points[4]["verdict"] == "fail" and points[4]["decided_after"] is not None
+    assert re.search(r"a regression beyond the tolerance \(-5 %\), decided after \d of 6", out)
+    assert points[1]["verdict"] != "fail"

@@ -23,7 +23,14 @@ from pytest_llmperf.plugin.kinds.base import (
     settings_for,
 )
 from pytest_llmperf.plugin.session import LLMPerfSession, usage_error
-from pytest_llmperf.report.ab_table import AB_FILE_NAME, ABPoint, ab_markdown, ab_table, save_ab
+from pytest_llmperf.report.ab_table import (
+    AB_FILE_NAME,
+    ABPoint,
+    ab_markdown,
+    ab_table,
+    green_lines,
+    save_ab,
+)
 from pytest_llmperf.run import ab
 from pytest_llmperf.run.ab import ABRun
 
@@ -79,6 +86,8 @@ class ABKind(KindDefaults):
             return []
         lines = ["", *ab_table(points).splitlines()]
         lines += [f"A/B {p.verdict}: {p.message}" for p in points]
+        green = green_lines(points)
+        lines += ["what green means (A/B):", *green] if green else []
         judged = {p.ab: p.accuracy for p in points if p.accuracy is not None}
         lines += [f"A/B {ab} accuracy {a.verdict}: {a.message}" for ab, a in judged.items()]
         lines.append(f"A/B results: {llm.output_dir / AB_FILE_NAME}")
@@ -110,8 +119,10 @@ def ab_run(
     workload: Workload,
     levels: tuple[int, ...],
     policy: ValidityPolicy | None = None,
+    marker: dict[str, Any] | None = None,
 ) -> ABRun:
-    """The A/B rounds of one ``[[ab]]``, shared by the tests of its levels."""
+    """The A/B rounds of one ``[[ab]]``, shared by the tests of its levels (the first test's
+    settings decide how they run: ``sequential``, ``launch_budget``, ``time_budget``)."""
     runs = request.config.stash.setdefault(_RUNS, {})
     suite = llm.suites[param.suite_path]
     spec = suite.ab[param.index]
@@ -119,10 +130,14 @@ def ab_run(
     key = (param.suite_path, param.index, workload, levels)
     if key not in runs:
         where = request.node.nodeid
+        marker = marker or {}
         runs[key] = ABRun(
             spec, levels, workload, llm.perf_run(suite), policy=policy,
             accuracy_items=llm.effective(suite, {}, "accuracy_items", where),
             accuracy_drop=llm.effective(suite, {}, "accuracy_drop", where),
+            sequential=llm.effective(suite, marker, "sequential", where),
+            launch_budget=llm.effective(suite, marker, "launch_budget", where),
+            time_budget=llm.effective(suite, marker, "time_budget", where),
         )  # fmt: skip
     return runs[key]
 
@@ -141,7 +156,9 @@ def llmperf_ab(request: pytest.FixtureRequest, llmperf_run: PerfRun) -> ABCheck:
     levels = llm.effective(suite, marker, "levels", where)
     workload = llm.workload(suite, marker, where, spec.reference)
     return ABCheck(
-        ab=ab_run(request, llm, param, workload, levels, llm.validity_policy(suite, marker, where)),
+        ab=ab_run(
+            request, llm, param, workload, levels, llm.validity_policy(suite, marker, where), marker
+        ),  # fmt: skip
         concurrency=param.concurrency,
         invalid_policy=llm.settings["invalid"],
         on_result=points_of(llm).append,
