@@ -12,8 +12,10 @@ a latency) and the tolerance as the log-ratio it allows (``-ln(1 - tol)``, or ``
   ruled out;
 * otherwise undecided: one more round while the budget lasts; at the last look inconclusive.
 
-A level's verdict is frozen at the look that decided it (``run/ab_rounds.py``), so the union
-bound of the spending holds: P(an unchanged-at-tolerance level ever fails) <= alpha.
+A level's verdict is frozen at the look that decided it (``ABRun._look``), so the union
+bound of the spending holds: P(a level whose true change is the tolerance ever fails) <= alpha.
+Whichever comparison a look takes, it spends at most that look's share (adjusted
+``1 - BACKSTOP_SHARE`` of it, the backstop the rest).
 
 ``choose_adjust``: whether the rounds' common factor (what each round's launches draw, shared
 by every level) is the larger noise, so that removing it (``paired.remove_launch_factor``) is
