@@ -322,11 +322,7 @@ def with_launch_adjustment(
     if verdict == Verdict.FAIL and adj.outcome != Verdict.FAIL:
         msg += "; the plain difference alone is beyond the launch noise"
     elif verdict == Verdict.INCONCLUSIVE:
-        # What is left once each launch's speed is removed moved within the launch: passes.
-        msg += "; " + adj.advice().replace(
-            "(baseline_repeat) or widen",
-            "(baseline_repeat) or in more passes a launch (baseline_passes), or widen",
-        )
+        msg += f"; {adj.advice(adjusted=True)}"
     if why and verdict != Verdict.PASS:
         msg += "; " + "; ".join(why)
     decision = adj if verdict != Verdict.FAIL or adj.outcome == Verdict.FAIL else mc.decision

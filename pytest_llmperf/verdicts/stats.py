@@ -124,7 +124,7 @@ class Decision:
         """Inconclusive points should be measured again and decided on all samples."""
         return self.outcome == Verdict.INCONCLUSIVE
 
-    def _sequential_advice(self, attached: bool) -> str:
+    def _sequential_advice(self, attached: bool, adjusted: bool) -> str:
         look = self.look
         assert look is not None
         head = (
@@ -141,17 +141,21 @@ class Decision:
             )
         return head + (
             "more launches within any budget would not settle it: record the baseline with "
-            "more launches (baseline_repeat) or widen the tolerance"
+            "more launches (baseline_repeat)"
+            # launch-adjusted, what is left moved within the launch: passes average it there
+            + (" or in more passes a launch (baseline_passes)," if adjusted else "")
+            + " or widen the tolerance"
         )
 
-    def advice(self, *, attached: bool = False) -> str:
+    def advice(self, *, attached: bool = False, adjusted: bool = False) -> str:
         """What the user can do about an inconclusive verdict. An ``attached`` server is never
-        relaunched (nor re-launched by a re-run): its advice names what can be done to it."""
+        relaunched (nor re-launched by a re-run): its advice names what can be done to it;
+        an ``adjusted`` comparison's also names passes."""
         if self.outcome != Verdict.INCONCLUSIVE:
             return ""
         head = f"inconclusive (within noise margin {100 * self.margin:.1f} %): "
         if self.look is not None:
-            return self._sequential_advice(attached)
+            return self._sequential_advice(attached, adjusted)
         if not self.resolved:
             mde = "" if self.mde is None else f", minimum detectable effect {100 * self.mde:.1f} %"
             if attached:
