@@ -73,6 +73,11 @@ class ABPoint(BaseModel):
     # what the verdict vouches for (verdicts/green.py), and the largest regression not ruled out
     green_means: str | None = None
     missable: float | None = None
+    # With more than one pass a launch (``[[ab]] passes``): the passes, and each round's pass
+    # values per side (the round values above are their medians); absent with one pass.
+    passes: int | None = None
+    candidate_passes: list[list[float | None]] | None = None
+    reference_passes: list[list[float | None]] | None = None
 
     _verdict = field_validator("verdict", "consistency", mode="before")(parse_verdict)
 

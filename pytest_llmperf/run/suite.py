@@ -114,6 +114,10 @@ class ABSpec(BaseModel):
     # the common factor is the larger noise, the plain comparison a fail-only backstop
     # (verdicts/paired_sequential.py); "none": plain.
     adjust: Literal["none", "launch", "auto"] = "auto"
+    # Passes of the sweep each launch of a round measures, interleaved (1, 4, 16, 1, 4, 16):
+    # a round's value is its passes' median, and their spread lends the rounds' noise degrees
+    # of freedom (run/ab.py ``ABRun.noise``); the rounds' price in launches is unchanged.
+    passes: int = Field(default=1, ge=1, le=32)
     levels: LevelsField = None
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -50,6 +50,7 @@ __all__ = [
     "pass_residuals",
     "outlier_inflation",
     "pool_residuals",
+    "pool_within",
     "pooled_residual_noise",
     "prefer_adjusted",
     "summarize_passes",
@@ -241,8 +242,15 @@ def _with_passes(spreads: Sequence[LaunchResidual], var: float, dof: int) -> tup
     passes = min(r.passes for r in within)
     dof_w = sum(r.within_dof for r in within)
     var_w = sum(r.within_dof * (r.within_sd or 0.0) ** 2 for r in within) / dof_w
-    var_w *= median_variance(passes) / passes  # a launch's median pass
-    if var_w <= 0 or var / var_w > _f_critical(dof, dof_w):
+    return pool_within(var, dof, var_w * median_variance(passes) / passes, dof_w)
+
+
+def pool_within(var: float, dof: int, var_w: float, dof_w: int) -> tuple[float, int]:
+    """The one pooling rule, for baselines and A/B rounds alike: ``var`` (``dof``), the
+    variance of a launch's (or round's) median pass over launches, pooled with ``var_w``
+    (``dof_w``), the passes' own spread already scaled to a median pass, when an F-test at
+    ``LAUNCH_EFFECT_ALPHA`` finds no excess of the first over the second; else ``var`` alone."""
+    if var_w <= 0 or dof < 1 or dof_w < 1 or var / var_w > _f_critical(dof, dof_w):
         return var, dof
     return (dof * var + dof_w * var_w) / (dof + dof_w), dof + dof_w
 

@@ -43,6 +43,7 @@ from pytest_llmperf.verdicts.paired import (
     pct,
 )
 from pytest_llmperf.verdicts.sequential import DETECT, Look
+from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = ["AdjustChoice", "choose_adjust", "judge_paired_look", "judge_with_backstop"]
@@ -66,10 +67,14 @@ def judge_paired_look(
     tolerance: float,
     confidence: float = DEFAULT_CONFIDENCE,
     adjusted: bool = False,
+    noise: LaunchNoise | None = None,
+    passes: int = 1,
 ) -> PairedResult:
     """The sequential verdict on ``d`` at ``look`` (module docstring). The interval reported
     is the usual ``confidence`` CI, for the table; the verdict is the look's. ``missable``: the
-    largest regression this look rules out (as a relative change), what a pass means."""
+    largest regression this look rules out (as a relative change), what a pass means.
+    ``noise``: a round's spread known to more degrees of freedom than ``d``'s own ``n - 1``
+    (``ABRun.noise``: pooled over levels, or with the rounds' ``passes``), used in its place."""
     if not 0 <= tolerance < 1:
         raise InputError(f"tolerance must be in [0, 1), got {tolerance!r}")
     n = len(d)
@@ -79,9 +84,10 @@ def judge_paired_look(
                             adjusted=adjusted)  # fmt: skip
     higher_better = metric(metric_name).direction == "higher"
     m, lo, hi = mean_ci(d, confidence)
-    se = statistics.stdev(d) / math.sqrt(n)
+    sd, dof = (statistics.stdev(d), n - 1) if noise is None else (noise.sd, noise.launches - 1)
+    se = sd / math.sqrt(n)
     x = -m if higher_better else m
-    c_k, p_k = look.critical(n - 1), look.critical_pass(n - 1)
+    c_k, p_k = look.critical(dof), look.critical_pass(dof)
     if x - c_k * se > _log_tolerance(tolerance, higher_better):
         verdict = Verdict.FAIL
     elif x + p_k * se < _log_tolerance(min(DETECT * tolerance, 0.999999), higher_better):
@@ -92,9 +98,12 @@ def judge_paired_look(
     missable = 1 - math.exp(-worst_log) if higher_better else math.exp(worst_log) - 1
     change = math.exp(m) - 1
     how = "launch factor removed, " if adjusted else ""
+    of = f" of {passes} passes" if passes > 1 else ""
+    if noise is not None:
+        how += f"noise sd {sd * 100:.1f} % on {dof} degrees of freedom, "
     text = (
         f"{describe_change(metric_name, change, candidate, reference)} at C={concurrency} "
-        f"(paired over {n} rounds, {how}{confidence * 100:g} % CI "
+        f"(paired over {n} rounds{of}, {how}{confidence * 100:g} % CI "
         f"{pct(math.exp(lo) - 1)} \u2026 {pct(math.exp(hi) - 1)} %)"
     )
     sign = "-" if higher_better else "+"
