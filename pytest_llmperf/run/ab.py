@@ -40,6 +40,7 @@ from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run import accuracy
 from pytest_llmperf.run.ab_rounds import FIXED_ROUNDS, run_rounds
 from pytest_llmperf.run.checks import Outcome, Properties
+from pytest_llmperf.run.passes import AUTO, auto_passes
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.probing import probe_launch
 from pytest_llmperf.run.sequential import DEFAULT_LAUNCH_BUDGET
@@ -122,6 +123,7 @@ class ABRun:
     # C -> (rounds, verdict) of the look that decided the level (sequential)
     decided: dict[int, tuple[int, PairedResult]] = field(default_factory=dict)
     out_of_time: bool = False  # the time budget stopped the rounds
+    _chosen: int | None = None  # passes = "auto": chosen after the first launch's first pass
     _consistency: Consistency | None = None
 
     @property
@@ -155,7 +157,10 @@ class ABRun:
 
     @property
     def passes(self) -> int:
-        return self.spec.passes
+        """Passes of the sweep a launch measures: ``passes``, or with ``"auto"`` what
+        ``run/passes.py`` chose from the first launch's start-up and first pass (1 until
+        then)."""
+        return self.spec.passes if isinstance(self.spec.passes, int) else self._chosen or 1
 
     def _round(self, r: int) -> None:
         order = round_order(self.spec, r)
@@ -163,9 +168,16 @@ class ABRun:
         for config in order:
             self.run.stop(config)  # a fresh launch per round: independent launch noise
             got: dict[int, list[float]] = {c: [] for c in self.levels}
-            for j in range(self.passes):  # passes interleave: 1, 4, 16, 1, 4, 16, ...
-                for c in self.levels:
-                    got[c].append(self._value(config, c, r, j))
+            j = 0
+            while j < self.passes:  # passes interleave: 1, 4, 16, 1, 4, 16, ...
+                one = [self._measured(config, c, r, j) for c in self.levels]
+                for c, (value, _) in zip(self.levels, one, strict=True):
+                    got[c].append(value)
+                if self.spec.passes == AUTO and self._chosen is None:
+                    startup = one[0][1].startup_s if one[0][1] is not None else None
+                    pass_s = sum(lv.duration for _, lv in one if lv is not None)
+                    self._chosen = auto_passes(startup, pass_s)
+                j += 1
             for c, passes in got.items():
                 self.pass_values.setdefault(config, {}).setdefault(c, []).append(passes)
                 self.values.setdefault(config, {}).setdefault(c, []).append(_centre(passes))
@@ -214,19 +226,21 @@ class ABRun:
                 )
         return self._consistency
 
-    def _value(self, config: str, c: int, r: int, j: int = 0) -> float:
-        """The metric of one valid measurement of the level on this launch, else NaN."""
+    def _measured(self, config: str, c: int, r: int, j: int) -> tuple[float, LevelResult | None]:
+        """The metric of one valid measurement of the level on this launch, else NaN; and the
+        level measured (its start-up and duration choose ``"auto"`` passes)."""
         at = f"round {r + 1}" + (f", pass {j + 1}" if self.passes > 1 else "")
         where = f"ab {self.spec.label}: {config} at C={c}, {at}"
         reasons: list[str] = []
+        level: LevelResult | None = None
         for _ in range(2):  # an invalid level is measured once more, with fresh prompts
             level = self.run.measure(config, self.workload, c, keep=False)
             reasons = check_level(level, self.workload, self.policy)
             if not reasons:
                 self.gpu.setdefault(config, {}).setdefault(c, []).append(level.gpu)
-                return metric_of(level, self.spec.metric, where)
+                return metric_of(level, self.spec.metric, where), level
         self.invalid.setdefault((config, c), []).append(f"{at}: " + "; ".join(reasons))
-        return math.nan
+        return math.nan, level
 
     def pass_ratios(self, adjust: bool) -> dict[int, list[list[float]]]:
         """ln(candidate / reference) per level, per round, per pass: pass ``j`` of the

@@ -35,6 +35,7 @@ from pytest_llmperf.run.busy import (
     throttle_note,
 )
 from pytest_llmperf.run.history_checks import HistoryJudge
+from pytest_llmperf.run.passes import Passes
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.probing import judge_point, launch_probes, measure_probed
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
@@ -161,7 +162,8 @@ class PointCheck:
     launch_budget: int = 6
     time_budget: float | None = None
     looks: int | None = None  # the launch budget this point was judged at, when sequential
-    baseline_passes: int = 1  # passes of the sweep a recording launch measures (adjusting)
+    # passes of the sweep a recording launch measures (adjusting); "auto": run/passes.py
+    baseline_passes: Passes = 1
     samples: list[LevelResult] = field(default_factory=list)
     comparison: PointComparison | None = None
     accuracy_items: int = 0  # the accuracy probe's items (0: off), run/accuracy.py
@@ -174,11 +176,14 @@ class PointCheck:
         return self.adjust in ("launch", "auto") and can_adjust(self.levels, self.concurrency)
 
     @property
-    def passes(self) -> int:
+    def passes(self) -> Passes:
         """Passes of the sweep a launch measures: ``baseline_passes`` when recording, else
         as many as this point's baseline recorded (its residual noise is that of their mean)."""
-        if self.update:
-            return self.baseline_passes
+        return self.baseline_passes if self.update else self.entry_passes
+
+    @property
+    def entry_passes(self) -> int:
+        """The passes this point's baseline recorded (1 without one)."""
         entry = self.store.get(self.key, mark_used=False)
         return entry.passes if entry is not None else 1
 
@@ -267,7 +272,7 @@ class PointCheck:
         settle_config(self.run, self.config, self.workload, levels,
                       lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
                       launch_budget=budget, time_budget_min=self.time_budget,
-                      policy=self.policy, passes=self.passes)  # fmt: skip
+                      policy=self.policy, passes=self.entry_passes)  # fmt: skip
         self.samples = self.run.samples(self.config, self.workload, self.concurrency)
         self.comparison = self._compare(self.concurrency, looks=budget)
         return self.comparison
@@ -335,7 +340,7 @@ class PointCheck:
                 if self.adjusting:
                     n = len(self.run.by_launch(self.config, self.workload)) + 1
                     self.run.ensure_launches(
-                        self.config, self.workload, self.levels, n, self.passes
+                        self.config, self.workload, self.levels, n, self.entry_passes
                     )
                 else:
                     self.run.measure(

@@ -30,6 +30,7 @@ from pytest_llmperf.launch.launcher import ServerHandle
 from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.launch.telemetry import Telemetry, nvml_indices, open_telemetry
 from pytest_llmperf.run.options import RunOptions, parse_url_map, sim_args_for
+from pytest_llmperf.run.passes import Passes, auto_passes, first_pass
 from pytest_llmperf.run.plan_time import ConfigSpent, record_spent
 from pytest_llmperf.run.samples import SampleStore
 from pytest_llmperf.run.servers import (
@@ -106,6 +107,8 @@ class PerfRun:
         # Each launch's consistency probe answers (or why it gave none) per (config, launch,
         # probes, tokens, seed, backend): run/probing.py.
         self.probes: dict[tuple[Any, ...], Any] = {}
+        # baseline_passes = "auto": the passes chosen per (config, workload), run/passes.py
+        self._passes: dict[tuple[str, Workload], int] = {}
 
     # -- the servers (``ServerPool``) ------------------------------------------------------
     def url_for(self, config: str) -> str | None:
@@ -338,18 +341,23 @@ class PerfRun:
         return self.store.by_launch(config, workload)
 
     def ensure_launches(
-        self, config: str, workload: Workload, levels: Sequence[int], n: int, passes: int = 1
+        self, config: str, workload: Workload, levels: Sequence[int], n: int, passes: Passes = 1
     ) -> dict[str, dict[int, list[LevelResult]]]:
         """At least ``n`` launches that each measured every level of ``levels`` ``passes``
         times (fewer launches when the server cannot be relaunched): the live launch completes
         its passes first, then each further launch measures them all. A pass measures every
         level once, so the passes of a launch interleave (1, 4, 16, 1, 4, 16): drift within
-        the launch falls on every level alike. Returns ``by_launch``."""
+        the launch falls on every level alike. ``"auto"``: as many as ``chosen_passes`` says
+        after the first launch's first pass. Returns ``by_launch``."""
         need = sorted(set(levels))
-        passes = max(1, passes)
+        if isinstance(passes, str):  # AUTO
+            self.ensure_launches(config, workload, need, 1, 1)
+            count = self.chosen_passes(config, workload, need)
+        else:
+            count = max(1, passes)
 
         def full(got: dict[int, list[LevelResult]]) -> bool:
-            return all(len(got.get(c, [])) >= passes for c in need)
+            return all(len(got.get(c, [])) >= count for c in need)
 
         for _ in range(n + 1):  # each round completes one launch
             by = self.by_launch(config, workload)
@@ -360,12 +368,33 @@ class PerfRun:
             fresh = cur is not None and cur in done
             have = {} if cur is None or fresh else by.get(cur, {})
             first = True
-            for j in range(passes):
+            for j in range(count):
                 for c in need:
                     if len(have.get(c, [])) <= j:
                         self.measure(config, workload, c, fresh_launch=fresh and first)
                         first = False
         return self.by_launch(config, workload)
+
+    def chosen_passes(self, config: str, workload: Workload, levels: Sequence[int]) -> int:
+        """``baseline_passes = "auto"``: the passes for ``config``'s launches, chosen once from
+        its first launch (``run/passes.py``) and noted on that launch's first pass."""
+        key = (config, workload)
+        if key not in self._passes:
+            need = sorted(set(levels))
+            by = self.by_launch(config, workload)
+            first = first_pass(by, need)
+            if first is None:
+                return 1  # the first pass was not measured (an error ends the sweep)
+            startup, pass_s = first
+            self._passes[key] = got = auto_passes(startup, pass_s)
+            start = "unknown (attached)" if startup is None else f"{startup:.0f} s"
+            note = (
+                f"baseline_passes = auto: {got} pass{'es' if got > 1 else ''} of the sweep a "
+                f"launch (start-up {start}, a pass {pass_s:.1f} s)"
+            )
+            for samples in next(iter(by.values())).values():
+                samples[0].notes.append(note)
+        return self._passes[key]
 
     def sweep(self, config: str, workload: Workload) -> SweepResult:
         """The levels measured so far for ``config``: the first sample of each level in

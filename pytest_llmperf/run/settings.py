@@ -41,6 +41,7 @@ from pytest_llmperf.base.values import (
     parse_token_count,
     parse_tolerances,
 )
+from pytest_llmperf.run.passes import AUTO, parse_passes
 from pytest_llmperf.run.setting import (
     SUITE_TABLE,
     TEST,
@@ -199,12 +200,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "baseline_passes",
-        parse_positive_int,
-        1,
+        parse_passes,
+        AUTO,
         "passes of the sweep each recording launch measures, its levels interleaved "
-        "(1, 4, 16, 1, 4, 16), when adjusting: a launch-adjusted point is judged on the mean "
+        "(1, 4, 16, 1, 4, 16), when adjusting: a launch-adjusted point is judged on the median "
         "of its passes, so drift within a launch counts less; later runs measure as many "
-        "passes as their baseline recorded",
+        "passes as their baseline recorded. auto: 1 for a launch that starts in under 30 s, "
+        "else 2 x sqrt(start-up / a pass's time), at most 8, chosen from the first launch",
         marker=True,
         suite=True,
     ),

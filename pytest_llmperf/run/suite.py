@@ -117,7 +117,8 @@ class ABSpec(BaseModel):
     # Passes of the sweep each launch of a round measures, interleaved (1, 4, 16, 1, 4, 16):
     # a round's value is its passes' median, and their spread lends the rounds' noise degrees
     # of freedom (run/ab.py ``ABRun.noise``); the rounds' price in launches is unchanged.
-    passes: int = Field(default=1, ge=1, le=32)
+    # "auto": chosen from the first launch as baseline_passes = "auto" (run/passes.py).
+    passes: Annotated[int, Field(ge=1, le=32)] | Literal["auto"] = "auto"
     levels: LevelsField = None
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

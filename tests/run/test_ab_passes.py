@@ -162,3 +162,30 @@ def test_pooled_noise_catches_more_than_a_levels_own_rounds() -> None:
             replicate(rng, 4, 0.85, pooled=pooled)[16] == Verdict.FAIL for _ in range(150)
         )
     assert caught[True] > 1.2 * caught[False], caught
+
+
+class SlowStart(ScriptedRun):
+    """Launches that take ``startup_s`` to start and ``level_s`` a level."""
+
+    def __init__(self, script: dict[tuple[str, int], list[float]], startup_s: float) -> None:
+        super().__init__(script)
+        self.startup_s = startup_s
+
+    def measure(self, config: str, workload: Any, c: int, **kw: Any) -> Any:
+        level = super().measure(config, workload, c, **kw)
+        level.startup_s, level.duration = self.startup_s, 10.0
+        return level
+
+
+@pytest.mark.parametrize(("startup_s", "passes"), [(300.0, 8), (5.0, 1)])
+def test_auto_passes_follow_the_first_launchs_start_up(startup_s: float, passes: int) -> None:
+    # the default passes = "auto": a pass of two 10 s levels; start-up 300 s gives
+    # 2 x sqrt(300 / 20) = 7.7 -> 8 passes a launch, on every launch; 5 s is a cheap launch
+    script = {(s, c): [100.0 * c] * 40 for s in ("old", "new") for c in (1, 4)}
+    run = SlowStart(script, startup_s)
+    abr = ABRun(ABSpec(candidate="new", reference="old", rounds=2), (1, 4), WORKLOAD,
+                cast(PerfRun, run), sequential=True)  # fmt: skip
+    abr.result(4)
+    assert abr.passes == passes
+    assert len(run.calls) == 2 * 2 * 2 * passes  # rounds x sides x levels x passes
+    assert all(len(p) == passes for side in abr.pass_values.values() for p in side[4])

@@ -1,0 +1,67 @@
+"""``baseline_passes = "auto"``: how many passes of the sweep a recording launch measures.
+
+A launch costs its start-up ``S`` (weights, CUDA graphs: minutes for a big model on a GPU), a
+pass of the sweep ``T``. A launch's residual of a level carries a launch's own effect on it
+(variance ``σ_L²``, what only more launches average out) and the passes' noise (``σ_W² / P``).
+For a fixed measuring cost the variance is least at ``P = (σ_W / σ_L)·√(S / T)`` passes a
+launch (the optimum of two-stage sampling, Cochran 1977, 10.6). Before the first launch
+neither spread is known; ``WITHIN_TO_LAUNCH`` = 2 is what the simulator's gpu-shared noise
+shows (its F-test finds no launch effect at all: passes are worth more there). The passes are
+chosen once per config and sweep, from the first launch's start-up and its first pass, so
+every level's entry records the same number.
+
+A launch that starts in under ``AUTO_MIN_STARTUP_S`` is cheap: another launch costs little
+more than a pass and also samples the launch noise passes cannot, so such launches measure one
+pass (and a tiny test workload on a loaded box does not turn into many).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pytest_llmperf.base.results import LevelResult
+from pytest_llmperf.base.values import parse_positive_int
+
+__all__ = ["AUTO", "AUTO_MAX_PASSES", "AUTO_MIN_STARTUP_S", "Passes", "auto_passes",
+           "first_pass", "parse_passes"]  # fmt: skip
+
+AUTO: Literal["auto"] = "auto"
+AUTO_MIN_STARTUP_S = 30.0
+AUTO_MAX_PASSES = 8
+WITHIN_TO_LAUNCH = 2.0  # σ_W / σ_L assumed before anything is measured
+
+Passes = int | Literal["auto"]
+
+
+def parse_passes(text: Any) -> Passes:
+    """The ``baseline_passes`` setting: ``auto`` or a positive whole number."""
+    if isinstance(text, str) and text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return parse_positive_int(text)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or auto") from None
+
+
+def auto_passes(startup_s: float | None, pass_s: float) -> int:
+    """The passes a launch that started in ``startup_s`` measures, a pass taking ``pass_s``
+    (module docstring); 1 when the start-up is unknown (attached) or cheap."""
+    if startup_s is None or startup_s < AUTO_MIN_STARTUP_S or pass_s <= 0:
+        return 1
+    best = WITHIN_TO_LAUNCH * math.sqrt(startup_s / pass_s)
+    return max(1, min(AUTO_MAX_PASSES, round(best)))
+
+
+def first_pass(
+    by_launch: Mapping[str, Mapping[int, Sequence[LevelResult]]], levels: Sequence[int]
+) -> tuple[float | None, float] | None:
+    """The earliest launch's start-up and the duration of its first pass over ``levels``
+    (None until that launch has measured every level once)."""
+    for got in by_launch.values():
+        if not all(got.get(c) for c in levels):
+            return None
+        firsts = [got[c][0] for c in levels]
+        return firsts[0].startup_s, sum(lv.duration for lv in firsts)
+    return None
