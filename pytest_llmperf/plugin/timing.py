@@ -60,7 +60,10 @@ def plan_lines(
             )
         except Exception:  # the header already said why this server cannot be used
             continue
-    llm.plan = plan(configs, llm.store, workload, levels, budget, reruns, samples)
+    # a recording launch that adjusts measures its sweep in baseline_passes passes
+    adjusting = get("adjust") in ("launch", "auto")
+    record_passes = get("baseline_passes") if update and adjusting else None
+    llm.plan = plan(configs, llm.store, workload, levels, budget, reruns, samples, record_passes)
     return [f"llmperf: {llm.plan.line()}"]
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_llmperf.base.results import Workload
+from pytest_llmperf.run.passes import Passes, auto_passes
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, BaselineFileError, EntryKey
 
@@ -110,10 +111,14 @@ def plan(
     budget: Callable[[int], tuple[int, int]],
     max_reruns: int,
     samples: int = 1,
+    record_passes: Passes | None = None,
 ) -> Plan:
     """The prediction for ``configs`` (name, hardware key, launched?): ``budget(n_levels)``
     gives each launched server's (fewest, most) launches (``launch_budget``); each level is
-    measured ``samples`` times, and up to ``max_reruns`` more."""
+    measured ``samples`` times, and up to ``max_reruns`` more. A judging launch measures a
+    level in as many passes as its entry recorded; a recording one (``record_passes``) in
+    that many, ``"auto"`` chosen from the recorded start-up and the sweep's time as the
+    first launch will choose it (``run/passes.py``)."""
     startups: list[float] = []
     lo_s = hi_s = 0.0
     launched = attached = 0
@@ -121,12 +126,13 @@ def plan(
     fewest, most = budget(len(levels))
     for name, hardware, is_launched in configs:
         entries = _entries(store, hardware, name)
+        mine = [e.metrics["startup_s"].mean for e in entries if "startup_s" in e.metrics]
         if is_launched:
             launched += 1
-            startups += [e.metrics["startup_s"].mean for e in entries if "startup_s" in e.metrics]
+            startups += mine
         else:
             attached += 1
-        sweep = 0.0
+        sweep = one_pass = 0.0
         wl = workload.key()
         for c in levels:
             try:
@@ -134,12 +140,16 @@ def plan(
             except BaselineFileError:
                 entry = None
             tput = entry.metrics.get("output_throughput") if entry is not None else None
-            if tput is None or not tput.mean:
+            if entry is None or tput is None or not tput.mean:
                 measured = False
                 continue
-            # a launch measures the level in as many passes as its baseline recorded
-            passes = entry.passes if entry is not None else 1
-            sweep += passes * workload.requests_sent(c) * workload.output_len / tput.mean
+            level_s = workload.requests_sent(c) * workload.output_len / tput.mean
+            one_pass += level_s
+            sweep += entry.passes * level_s  # a judging launch: as many as its entry recorded
+        if record_passes is not None:
+            start = statistics.fmean(mine) if mine and is_launched else None
+            n = record_passes if isinstance(record_passes, int) else auto_passes(start, one_pass)
+            sweep = n * one_pass
         lo_s += sweep * samples
         hi_s += sweep * (samples + max_reruns)
     startup = statistics.fmean(startups) if startups else None

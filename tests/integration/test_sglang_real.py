@@ -312,3 +312,27 @@ def test_speculative_flags_on_cpu_show_the_servers_own_error(tmp_path: Path) -> 
     assert "Max running requests is reset to 48" in logs[0].read_text()
     assert "earlier, the server said:" in out, out
     assert "Max running requests is reset to 48" in out, out
+
+
+def test_ab_in_passes_of_two_launched_servers(tmp_path: Path) -> None:
+    """``[[ab]] passes = 2`` on two real launched servers: every launch of a round measures the
+    sweep twice, interleaved, each pass a valid sample, and the verdict rests on them (the
+    plugin's own validity rules: a level the client starved is re-measured, never judged)."""
+    (tmp_path / "test_ab.py").write_text("def test_ab(llmperf_ab):\n    llmperf_ab.check()\n")
+    servers = "\n\n".join(f"[[server]]\n{_launched_server(n)}" for n in ("old", "new"))
+    (tmp_path / "llmperf.toml").write_text(
+        f"{servers}\n\n[sweep]\nlevels = [1, 2, 4]\ninput_len = 32\noutput_len = 16\n\n"
+        '[[ab]]\ncandidate = "new"\nreference = "old"\nrounds = 3\npasses = 2\n'
+    )
+    run = _pytest(tmp_path)
+    out = _out(run)
+    assert run.returncode == 0, out  # the same server twice: no level fails, none is invalid
+    points = json.loads((tmp_path / "llmperf-results" / "ab.json").read_text())["points"]
+    assert {p["concurrency"] for p in points} == {1, 2, 4}, out
+    for p in points:
+        assert p["passes"] == 2, p
+        rounds = p["rounds_run"]
+        assert len(p["candidate_passes"]) == len(p["reference_passes"]) == rounds, p
+        assert all(len(r) == 2 and None not in r for r in p["candidate_passes"]), p
+        assert "of 2 passes" in p["message"], p["message"]
+        assert p["verdict"] in ("pass", "inconclusive"), p["message"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_llmperf.run import plan_time
 from pytest_llmperf.run.passes import (
     AUTO,
     AUTO_MAX_PASSES,
@@ -16,6 +17,7 @@ from pytest_llmperf.run.passes import (
 )
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.samples import SampleStore
+from pytest_llmperf.verdicts.baseline_file import BaselineEntry, MetricSummary
 
 from ..verdicts import WORKLOAD, make_level
 
@@ -103,3 +105,36 @@ def test_auto_on_a_cheap_launch_is_one_pass() -> None:
     assert len(by) == 3
     assert all(len(samples) == 1 for got in by.values() for samples in got.values())
     assert any("baseline_passes = auto: 1 pass of" in n for n in by["L1"][1][0].notes)
+
+
+class Entries:
+    """What ``plan_time.plan`` reads of a baseline store: one config, every level recorded at
+    1000 tok/s with a 300 s start-up."""
+
+    def __init__(self, levels: list[int]) -> None:
+        metrics = {
+            "output_throughput": MetricSummary(mean=1000.0, direction="higher"),
+            "startup_s": MetricSummary(mean=300.0, direction="lower"),
+        }
+        self.entries = {c: BaselineEntry(metrics=metrics) for c in levels}
+
+    def file(self, hardware: str, config: str) -> Any:
+        class File:
+            workloads = {"w": self.entries}
+
+        return File()
+
+    def get(self, key: Any, mark_used: bool = False) -> BaselineEntry | None:
+        return self.entries.get(key.concurrency)
+
+
+@pytest.mark.parametrize(("record", "passes"), [(None, 1), (3, 3), (AUTO, None)])
+def test_the_header_counts_a_recordings_passes(record: Any, passes: int | None) -> None:
+    levels = [1, 4, 16]
+    one = sum(WORKLOAD.requests_sent(c) * WORKLOAD.output_len / 1000.0 for c in levels)
+    if passes is None:  # auto: what the first launch will choose from the same figures
+        passes = auto_passes(300.0, one)
+        assert passes > 1
+    got = plan_time.plan([("plain", "hw", True)], Entries(levels), WORKLOAD, levels,  # type: ignore[arg-type]
+                         lambda n: (3, 3), 0, record_passes=record)  # fmt: skip
+    assert got.seconds[0] == pytest.approx(3 * 300.0 + passes * one)
