@@ -5,8 +5,9 @@ pass of the sweep ``T``. A launch's residual of a level carries a launch's own e
 (variance ``σ_L²``, what only more launches average out) and the passes' noise (``σ_W² / P``).
 For a fixed measuring cost the variance is least at ``P = (σ_W / σ_L)·√(S / T)`` passes a
 launch (the optimum of two-stage sampling, Cochran 1977, 10.6). Before the first launch
-neither spread is known; ``WITHIN_TO_LAUNCH`` = 2 is what the simulator's gpu-shared noise
-shows (its F-test finds no launch effect at all: passes are worth more there). The passes are
+neither spread is known; ``WITHIN_TO_LAUNCH`` = 2 is an assumption, not a measurement (the
+simulator's gpu-shared noise shows no launch effect at all, so passes are worth more there;
+on a GPU the ratio is unmeasured). The passes are
 chosen once per config and sweep, from the first launch's start-up and its first pass, so
 every level's entry records the same number.
 
