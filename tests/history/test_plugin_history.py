@@ -48,10 +48,22 @@ def test_a_session_appends_one_run_with_its_points(
             (point,) = store.series(PointKey("plain", workload, c, HW), "output_throughput")
             assert point.run_id == row.id and point.value > 0
             assert point.samples and point.verdict == "recorded"
-    # a second session is a second run
+    # A second session is a second run, whatever its verdicts: the box's load may fail a
+    # 4-request point (CI saw C=2's TTFT at +77 %), and the history keeps what the session said.
     result = run(suite, *xdist, f"--llmperf-history={db}")
-    result.assert_outcomes(passed=2)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 2, outcomes
     assert f"history: run #2 appended to sqlite:///{db} (2 points)" in result.outlines
+    with HistoryStore.open(str(db)) as store:
+        second, first = store.runs()  # newest first
+        assert first.id == row.id
+        verdicts = []
+        for c in (1, 2):
+            points = store.series(PointKey("plain", workload, c, HW), "output_throughput")
+            (point,) = [p for p in points if p.run_id == second.id]
+            verdicts.append(point.verdict)
+    failing = {"fail", "invalid", "missing"}
+    assert sum(v in failing for v in verdicts) == outcomes.get("failed", 0), verdicts
     assert_no_servers_left(suite.path)
 
 
