@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_llmperf.run.plan_time import launch_budget, plan
-from pytest_llmperf.run.sequential import planned_launches
+from pytest_llmperf.run.ab import round_order
+from pytest_llmperf.run.ab_rounds import FIXED_ROUNDS
+from pytest_llmperf.run.plan_time import ab_plan, launch_budget, plan, planned_launches
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import Workload
@@ -63,7 +64,21 @@ def plan_lines(
     # a recording launch that adjusts measures its sweep in baseline_passes passes
     adjusting = get("adjust") in ("launch", "auto")
     record_passes = get("baseline_passes") if update and adjusting else None
-    llm.plan = plan(configs, llm.store, workload, levels, budget, reruns, samples, record_passes)
+    abs_ = []
+    for spec in suite.ab:
+        # as run/ab.py runs them: ``rounds`` is the budget (sequential) or the count (fixed)
+        most = spec.rounds or (max(2, get("launch_budget")) if get("sequential") else FIXED_ROUNDS)
+        fewest = 2 if get("sequential") else most
+        try:
+            sides = [(c, run.hardware_for(c)) for c in round_order(spec, 0)]
+        except Exception:  # the header already said why this server cannot be used
+            continue
+        ab_levels = list(spec.levels or levels)
+        abs_.append(ab_plan(spec.label, sides, llm.store, workload, ab_levels, (fewest, most),
+                            spec.passes, get("time_budget")))  # fmt: skip
+    llm.plan = plan(
+        configs, llm.store, workload, levels, budget, reruns, samples, record_passes, abs_
+    )
     return [f"llmperf: {llm.plan.line()}"]
 
 

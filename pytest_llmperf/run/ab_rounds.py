@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from pytest_llmperf.run.sequential import planned_launches
+from pytest_llmperf.run.plan_time import planned_launches
 
 __all__ = ["FIXED_ROUNDS", "run_rounds"]
 

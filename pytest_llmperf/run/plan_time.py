@@ -21,9 +21,12 @@ from pytest_llmperf.verdicts.baseline_file import BaselineEntry, BaselineFileErr
 
 __all__ = [
     "DEFAULT_STARTUP_S",
+    "ABPlan",
     "ConfigSpent",
     "Plan",
+    "ab_plan",
     "launch_budget",
+    "planned_launches",
     "plan",
     "record_spent",
 ]
@@ -31,6 +34,17 @@ __all__ = [
 # What a start-up is assumed to cost when no baseline recorded one (a small model's SGLang
 # start on a warm page cache; a large one takes minutes, and the line says it was assumed).
 DEFAULT_STARTUP_S = 60.0
+
+
+def planned_launches(
+    launch_budget: int, time_budget_min: float | None = None, launch_s: float | None = None
+) -> int:
+    """The most launches a config may take: ``launch_budget``, or fewer when ``time_budget``
+    minutes hold fewer launches of ``launch_s`` seconds each (never fewer than one)."""
+    n = max(1, launch_budget)
+    if time_budget_min is not None and launch_s is not None and launch_s > 0:
+        n = min(n, max(1, int(time_budget_min * 60 // launch_s)))
+    return n
 
 
 def launch_budget(
@@ -64,6 +78,7 @@ class Plan:
     levels: Sequence[int]
     measured: bool  # every level's duration follows from a recorded throughput
     max_reruns: int
+    ab: tuple[ABPlan, ...] = ()  # counted in ``seconds``
 
     def line(self) -> str:
         lo, hi = self.launches
@@ -72,6 +87,7 @@ class Plan:
         head = f"plan: {servers} × {launches}"
         if self.attached:
             head += f" (+{self.attached} attached, never launched)"
+        head += "".join(f" + {a.text()}" for a in self.ab)
         start = (
             f"start-up {self.startup_s:.0f} s recorded in baselines"
             if self.startup_s is not None
@@ -79,7 +95,7 @@ class Plan:
         )
         measured = (
             "each level's duration from its recorded throughput"
-            if self.measured
+            if self.measured and all(a.measured for a in self.ab)
             else "measuring time not recorded (start-ups only)"
         )
         levels = ",".join(map(str, self.levels))
@@ -88,6 +104,24 @@ class Plan:
             f"({start}; levels {levels}, {measured}; up to {self.max_reruns} re-run"
             f"{'s' if self.max_reruns != 1 else ''} a point)"
         )
+
+
+@dataclass(frozen=True)
+class ABPlan:
+    """One ``[[ab]]``'s share of the prediction: rounds of two launches, each launch measuring
+    the sweep in ``passes`` passes (as ``run/ab.py`` runs them)."""
+
+    label: str
+    rounds: tuple[int, int]
+    passes: int
+    seconds: tuple[float, float]
+    measured: bool  # both sides' level durations follow from recorded throughputs
+
+    def text(self) -> str:
+        lo, hi = self.rounds
+        rounds = f"{lo} rounds" if lo == hi else f"{lo}-{hi} rounds"
+        passes = f"{self.passes} pass{'es' if self.passes != 1 else ''} a launch"
+        return f"A/B {self.label} {rounds} of 2 launches ({passes})"
 
 
 def _minutes(seconds: float) -> str:
@@ -103,6 +137,68 @@ def _entries(store: BaselineStore, hardware: str, config: str) -> list[BaselineE
     return [] if f is None else [e for levels in f.workloads.values() for e in levels.values()]
 
 
+def _one_pass(
+    store: BaselineStore, hardware: str, name: str, workload: Workload, levels: Sequence[int]
+) -> tuple[float, float, bool]:
+    """(one pass of the sweep, a judging launch's sweep in its entries' passes, every level's
+    duration known) from the throughputs the baselines recorded."""
+    one_pass = sweep = 0.0
+    measured = True
+    for c in levels:
+        try:
+            entry = store.get(EntryKey(hardware, name, workload.key(), c), mark_used=False)
+        except BaselineFileError:
+            entry = None
+        tput = entry.metrics.get("output_throughput") if entry is not None else None
+        if entry is None or tput is None or not tput.mean:
+            measured = False
+            continue
+        level_s = workload.requests_sent(c) * workload.output_len / tput.mean
+        one_pass += level_s
+        sweep += entry.passes * level_s  # a judging launch: as many as its entry recorded
+    return one_pass, sweep, measured
+
+
+def _startup(store: BaselineStore, hardware: str, name: str) -> list[float]:
+    return [
+        e.metrics["startup_s"].mean
+        for e in _entries(store, hardware, name)
+        if "startup_s" in e.metrics
+    ]
+
+
+def ab_plan(
+    label: str,
+    sides: Sequence[tuple[str, str]],
+    store: BaselineStore,
+    workload: Workload,
+    levels: Sequence[int],
+    rounds: tuple[int, int],
+    passes: Passes,
+    time_budget_min: float | None = None,
+) -> ABPlan:
+    """``[[ab]]`` ``label`` over ``sides`` ((config, hardware key), the first launched first):
+    ``rounds`` (fewest, most) of two launches, each measuring the sweep in ``passes`` passes
+    (``"auto"``: what the first launch will choose from the first side's recorded start-up and
+    sweep), the most cut to what ``time_budget`` minutes hold, as the round loop cuts it."""
+    per_side = []
+    measured = True
+    for name, hardware in sides:
+        startups = _startup(store, hardware, name)
+        one, _, known = _one_pass(store, hardware, name, workload, levels)
+        measured = measured and known
+        per_side.append((statistics.fmean(startups) if startups else None, one))
+    first_start, first_pass = per_side[0]
+    n = passes if isinstance(passes, int) else auto_passes(first_start, first_pass)
+    per_round = sum(
+        (start if start is not None else DEFAULT_STARTUP_S) + n * one for start, one in per_side
+    )
+    fewest, most = rounds
+    most = max(2, planned_launches(most, time_budget_min, per_round))
+    fewest = min(fewest, most)
+    return ABPlan(label, (fewest, most), n, (fewest * per_round, most * per_round), measured)
+
+
 def plan(
     configs: Iterable[tuple[str, str, bool]],
     store: BaselineStore,
@@ -112,40 +208,29 @@ def plan(
     max_reruns: int,
     samples: int = 1,
     record_passes: Passes | None = None,
+    ab: Sequence[ABPlan] = (),
 ) -> Plan:
     """The prediction for ``configs`` (name, hardware key, launched?): ``budget(n_levels)``
     gives each launched server's (fewest, most) launches (``launch_budget``); each level is
     measured ``samples`` times, and up to ``max_reruns`` more. A judging launch measures a
     level in as many passes as its entry recorded; a recording one (``record_passes``) in
     that many, ``"auto"`` chosen from the recorded start-up and the sweep's time as the
-    first launch will choose it (``run/passes.py``)."""
+    first launch will choose it (``run/passes.py``). ``ab``: the ``[[ab]]`` rounds, added to
+    the time (``ab_plan``)."""
     startups: list[float] = []
     lo_s = hi_s = 0.0
     launched = attached = 0
     measured = True
     fewest, most = budget(len(levels))
     for name, hardware, is_launched in configs:
-        entries = _entries(store, hardware, name)
-        mine = [e.metrics["startup_s"].mean for e in entries if "startup_s" in e.metrics]
+        mine = _startup(store, hardware, name)
         if is_launched:
             launched += 1
             startups += mine
         else:
             attached += 1
-        sweep = one_pass = 0.0
-        wl = workload.key()
-        for c in levels:
-            try:
-                entry = store.get(EntryKey(hardware, name, wl, c), mark_used=False)
-            except BaselineFileError:
-                entry = None
-            tput = entry.metrics.get("output_throughput") if entry is not None else None
-            if entry is None or tput is None or not tput.mean:
-                measured = False
-                continue
-            level_s = workload.requests_sent(c) * workload.output_len / tput.mean
-            one_pass += level_s
-            sweep += entry.passes * level_s  # a judging launch: as many as its entry recorded
+        one_pass, sweep, known = _one_pass(store, hardware, name, workload, levels)
+        measured = measured and known
         if record_passes is not None:
             start = statistics.fmean(mine) if mine and is_launched else None
             n = record_passes if isinstance(record_passes, int) else auto_passes(start, one_pass)
@@ -154,8 +239,8 @@ def plan(
         hi_s += sweep * (samples + max_reruns)
     startup = statistics.fmean(startups) if startups else None
     each = startup if startup is not None else DEFAULT_STARTUP_S
-    lo_s += launched * fewest * each
-    hi_s += launched * most * each
+    lo_s += launched * fewest * each + sum(a.seconds[0] for a in ab)
+    hi_s += launched * most * each + sum(a.seconds[1] for a in ab)
     return Plan(
         launched,
         attached,
@@ -165,6 +250,7 @@ def plan(
         tuple(levels),
         measured,
         max_reruns,
+        tuple(ab),
     )
 
 

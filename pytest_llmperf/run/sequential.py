@@ -19,25 +19,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.busy import all_starved
 from pytest_llmperf.run.perfrun import PerfRun, PointError
+from pytest_llmperf.run.plan_time import planned_launches
 from pytest_llmperf.verdicts.compare import PointComparison
 from pytest_llmperf.verdicts.launch_adjust import MIN_LEVELS
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
 
-__all__ = ["launch_seconds", "planned_launches", "settle_config", "undecided"]
+__all__ = ["launch_seconds", "settle_config", "undecided"]
 
 DEFAULT_LAUNCH_BUDGET = 6
-
-
-def planned_launches(
-    launch_budget: int, time_budget_min: float | None = None, launch_s: float | None = None
-) -> int:
-    """The most launches a config may take: ``launch_budget``, or fewer when ``time_budget``
-    minutes hold fewer launches of ``launch_s`` seconds each (never fewer than one)."""
-    n = max(1, launch_budget)
-    if time_budget_min is not None and launch_s is not None and launch_s > 0:
-        n = min(n, max(1, int(time_budget_min * 60 // launch_s)))
-    return n
 
 
 def launch_seconds(by_launch: Mapping[str, Mapping[int, Sequence[LevelResult]]]

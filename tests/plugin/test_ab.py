@@ -57,6 +57,9 @@ def test_ab_fails_exactly_the_slowed_level(pytester: pytest.Pytester) -> None:
     out = result.stdout.str()
     failed = set(re.findall(r"^FAILED \S+::(\S+)", out, re.M))
     assert failed == {"test_ab[new-vs-old-C4]"}, out[-3000:]
+    # the header's plan counts the rounds: 4 fixed, two launches each, one pass (no start-up
+    # recorded, so "auto" has nothing to choose from)
+    assert "+ A/B new-vs-old 4 rounds of 2 launches (1 pass a launch), about" in out
     result.assert_outcomes(passed=1, failed=1)
     assert re.search(r"new is \d+\.\d % slower than old at C=4 \(paired over 4 rounds", out), out
     data = json.loads((pytester.path / "out" / "ab.json").read_text())

@@ -13,7 +13,8 @@ import pytest
 
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.perfrun import PerfRun
-from pytest_llmperf.run.sequential import planned_launches, settle_config
+from pytest_llmperf.run.plan_time import planned_launches
+from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.compare import PointComparison
 from pytest_llmperf.verdicts.verdict import Verdict
 
