@@ -140,18 +140,21 @@ def test_the_header_counts_a_recordings_passes(record: Any, passes: int | None) 
     assert got.seconds[0] == pytest.approx(3 * 300.0 + passes * one)
 
 
-@pytest.mark.parametrize(("passes", "budget", "most"), [(3, None, 6), (AUTO, None, 6), (1, 20.0, 2)])
+@pytest.mark.parametrize(
+    ("passes", "budget", "most"), [(3, None, 6), (AUTO, None, 6), (1, 20.0, 2)]
+)
 def test_the_header_counts_ab_rounds_and_their_passes(
     passes: Any, budget: float | None, most: int
 ) -> None:
     levels = [1, 4, 16]
     one = sum(WORKLOAD.requests_sent(c) * WORKLOAD.output_len / 1000.0 for c in levels)
     n = passes if isinstance(passes, int) else auto_passes(300.0, one)
+    assert passes != AUTO or n > 1
     sides = [("old", "hw"), ("new", "hw")]
     got = plan_time.ab_plan("new-vs-old", sides, Entries(levels), WORKLOAD, levels, (2, 6),  # type: ignore[arg-type]
                             passes, budget)  # fmt: skip
     per_round = 2 * (300.0 + n * one)  # two launches, each a start-up and n passes
-    # a 20-minute budget holds two of these rounds; never fewer than the two a paired t needs
+    # a 20-minute budget holds one round of about 630 s; never fewer than the two a paired t needs
     assert (got.rounds, got.passes) == ((2, most), n)
     assert got.seconds == pytest.approx((2 * per_round, most * per_round))
     assert got.text() == f"A/B new-vs-old 2{'' if most == 2 else f'-{most}'} rounds of 2 " \
