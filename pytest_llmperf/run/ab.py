@@ -123,7 +123,10 @@ class ABRun:
     # C -> (rounds, verdict) of the look that decided the level (sequential)
     decided: dict[int, tuple[int, PairedResult]] = field(default_factory=dict)
     out_of_time: bool = False  # the time budget stopped the rounds
-    _chosen: int | None = None  # passes = "auto": chosen after the first launch's first pass
+    # passes = "auto": σ_W / σ_L as the first side's entries recorded it (None: assumed), and
+    # the passes chosen at it after the first launch's first pass (run/passes.py)
+    ratio: float | None = None
+    _chosen: int | None = None
     _consistency: Consistency | None = None
 
     @property
@@ -176,7 +179,7 @@ class ABRun:
                 if self.spec.passes == AUTO and self._chosen is None:
                     startup = one[0][1].startup_s if one[0][1] is not None else None
                     pass_s = sum(lv.duration for _, lv in one if lv is not None)
-                    self._chosen = auto_passes(startup, pass_s)
+                    self._chosen = auto_passes(startup, pass_s, self.ratio)
                 j += 1
             for c, passes in got.items():
                 self.pass_values.setdefault(config, {}).setdefault(c, []).append(passes)

@@ -35,7 +35,7 @@ from pytest_llmperf.run.busy import (
     throttle_note,
 )
 from pytest_llmperf.run.history_checks import HistoryJudge
-from pytest_llmperf.run.passes import Passes
+from pytest_llmperf.run.passes import AUTO, Passes, recorded_ratio
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.probing import judge_point, launch_probes, measure_probed
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
@@ -193,7 +193,11 @@ class PointCheck:
         those launches measures the whole sweep."""
         n = max(self.repeat, self.baseline_repeat) if self.update else self.repeat
         if self.adjusting:
-            self.run.ensure_launches(self.config, self.workload, self.levels, n, self.passes)
+            ratio = None
+            if self.passes == AUTO:  # re-recording: the ratio the entries being replaced show
+                ratio = recorded_ratio(self.store, self.key.hardware, self.config,
+                                       self.workload.key(), self.levels)  # fmt: skip
+            self.run.ensure_launches(self.config, self.workload, self.levels, n, self.passes, ratio)
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
         if self.update and self.run.options.probes > 0:  # each recording launch answers them

@@ -7,7 +7,9 @@ For a fixed measuring cost the variance is least at ``P = (σ_W / σ_L)·√(S /
 launch (the optimum of two-stage sampling, Cochran 1977, 10.6). Before the first launch
 neither spread is known; ``WITHIN_TO_LAUNCH`` = 2 is an assumption, not a measurement (the
 simulator's gpu-shared noise shows no launch effect at all, so passes are worth more there;
-on a GPU the ratio is unmeasured). The passes are
+on a GPU the ratio is unmeasured). Where the config's entries already recorded passes over
+several launches (a re-recording), the ratio they show is used instead
+(``launch_adjust.within_to_launch``). The passes are
 chosen once per config and sweep, from the first launch's start-up and its first pass, so
 every level's entry records the same number.
 
@@ -24,9 +26,12 @@ from typing import Any, Literal
 
 from pytest_llmperf.base.results import LevelResult
 from pytest_llmperf.base.values import parse_positive_int
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import BaselineFileError, EntryKey
+from pytest_llmperf.verdicts.launch_adjust import within_to_launch
 
 __all__ = ["AUTO", "AUTO_MAX_PASSES", "AUTO_MIN_STARTUP_S", "Passes", "auto_passes",
-           "first_pass", "parse_passes"]  # fmt: skip
+           "first_pass", "parse_passes", "ratio_text", "recorded_ratio"]  # fmt: skip
 
 AUTO: Literal["auto"] = "auto"
 AUTO_MIN_STARTUP_S = 30.0
@@ -46,13 +51,41 @@ def parse_passes(text: Any) -> Passes:
         raise ValueError(f"{exc}, or auto") from None
 
 
-def auto_passes(startup_s: float | None, pass_s: float) -> int:
+def auto_passes(startup_s: float | None, pass_s: float, ratio: float | None = None) -> int:
     """The passes a launch that started in ``startup_s`` measures, a pass taking ``pass_s``
-    (module docstring); 1 when the start-up is unknown (attached) or cheap."""
+    (module docstring), at ``σ_W / σ_L`` = ``ratio`` (None: ``WITHIN_TO_LAUNCH`` assumed); 1
+    when the start-up is unknown (attached) or cheap."""
     if startup_s is None or startup_s < AUTO_MIN_STARTUP_S or pass_s <= 0:
         return 1
-    best = WITHIN_TO_LAUNCH * math.sqrt(startup_s / pass_s)
-    return max(1, min(AUTO_MAX_PASSES, round(best)))
+    best = (WITHIN_TO_LAUNCH if ratio is None else ratio) * math.sqrt(startup_s / pass_s)
+    return max(1, min(AUTO_MAX_PASSES, round(best) if math.isfinite(best) else AUTO_MAX_PASSES))
+
+
+def ratio_text(ratio: float | None) -> str:
+    """How a note names the ratio the passes were chosen at."""
+    if ratio is None:
+        return f"pass-to-launch noise ratio {WITHIN_TO_LAUNCH:g} assumed"
+    if not math.isfinite(ratio):
+        return "no launch effect beyond the passes' noise in the entries recorded before"
+    return f"pass-to-launch noise ratio {ratio:.2g} from the entries recorded before"
+
+
+def recorded_ratio(
+    store: BaselineStore, hardware: str, config: str, workload_key: str, levels: Sequence[int]
+) -> float | None:
+    """``σ_W / σ_L`` of ``config``'s output throughput as its entries at ``levels`` recorded
+    it (``launch_adjust.within_to_launch``; None: not recorded, or unreadable, which the
+    tests reading the file report)."""
+    spreads = []
+    for c in levels:
+        try:
+            entry = store.get(EntryKey(hardware, config, workload_key, c), mark_used=False)
+        except BaselineFileError:
+            return None
+        tput = entry.metrics.get("output_throughput") if entry is not None else None
+        if tput is not None and tput.launch_residual is not None:
+            spreads.append(tput.launch_residual)
+    return within_to_launch(spreads)
 
 
 def first_pass(

@@ -30,7 +30,7 @@ from pytest_llmperf.launch.launcher import ServerHandle
 from pytest_llmperf.launch.server_config import ServerConfig
 from pytest_llmperf.launch.telemetry import Telemetry, nvml_indices, open_telemetry
 from pytest_llmperf.run.options import RunOptions, parse_url_map, sim_args_for
-from pytest_llmperf.run.passes import Passes, auto_passes, first_pass
+from pytest_llmperf.run.passes import Passes, auto_passes, first_pass, ratio_text
 from pytest_llmperf.run.plan_time import ConfigSpent, record_spent
 from pytest_llmperf.run.samples import SampleStore
 from pytest_llmperf.run.servers import (
@@ -341,18 +341,25 @@ class PerfRun:
         return self.store.by_launch(config, workload)
 
     def ensure_launches(
-        self, config: str, workload: Workload, levels: Sequence[int], n: int, passes: Passes = 1
+        self,
+        config: str,
+        workload: Workload,
+        levels: Sequence[int],
+        n: int,
+        passes: Passes = 1,
+        ratio: float | None = None,
     ) -> dict[str, dict[int, list[LevelResult]]]:
         """At least ``n`` launches that each measured every level of ``levels`` ``passes``
         times (fewer launches when the server cannot be relaunched): the live launch completes
         its passes first, then each further launch measures them all. A pass measures every
         level once, so the passes of a launch interleave (1, 4, 16, 1, 4, 16): drift within
         the launch falls on every level alike. ``"auto"``: as many as ``chosen_passes`` says
-        after the first launch's first pass. Returns ``by_launch``."""
+        after the first launch's first pass (at ``ratio``, ``auto_passes``). Returns
+        ``by_launch``."""
         need = sorted(set(levels))
         if isinstance(passes, str):  # AUTO
             self.ensure_launches(config, workload, need, 1, 1)
-            count = self.chosen_passes(config, workload, need)
+            count = self.chosen_passes(config, workload, need, ratio)
         else:
             count = max(1, passes)
 
@@ -375,9 +382,12 @@ class PerfRun:
                         first = False
         return self.by_launch(config, workload)
 
-    def chosen_passes(self, config: str, workload: Workload, levels: Sequence[int]) -> int:
+    def chosen_passes(
+        self, config: str, workload: Workload, levels: Sequence[int], ratio: float | None = None
+    ) -> int:
         """``baseline_passes = "auto"``: the passes for ``config``'s launches, chosen once from
-        its first launch (``run/passes.py``) and noted on that launch's first pass."""
+        its first launch (``run/passes.py``, at ``σ_W / σ_L`` = ``ratio``, None: assumed) and
+        noted on that launch's first pass."""
         key = (config, workload)
         if key not in self._passes:
             need = sorted(set(levels))
@@ -386,11 +396,11 @@ class PerfRun:
             if first is None:
                 return 1  # the first pass was not measured (an error ends the sweep)
             startup, pass_s = first
-            self._passes[key] = got = auto_passes(startup, pass_s)
+            self._passes[key] = got = auto_passes(startup, pass_s, ratio)
             start = "unknown (attached)" if startup is None else f"{startup:.0f} s"
             note = (
                 f"baseline_passes = auto: {got} pass{'es' if got > 1 else ''} of the sweep a "
-                f"launch (start-up {start}, a pass {pass_s:.1f} s)"
+                f"launch (start-up {start}, a pass {pass_s:.1f} s, {ratio_text(ratio)})"
             )
             for samples in next(iter(by.values())).values():
                 samples[0].notes.append(note)

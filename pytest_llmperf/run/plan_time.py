@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_llmperf.base.results import Workload
-from pytest_llmperf.run.passes import Passes, auto_passes
+from pytest_llmperf.run.passes import Passes, auto_passes, recorded_ratio
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, BaselineFileError, EntryKey
 
@@ -189,7 +189,11 @@ def ab_plan(
         measured = measured and known
         per_side.append((statistics.fmean(startups) if startups else None, one))
     first_start, first_pass = per_side[0]
-    n = passes if isinstance(passes, int) else auto_passes(first_start, first_pass)
+    if isinstance(passes, int):
+        n = passes
+    else:  # as the first launch will choose, at the ratio its side's entries recorded
+        ratio = recorded_ratio(store, sides[0][1], sides[0][0], workload.key(), levels)
+        n = auto_passes(first_start, first_pass, ratio)
     per_round = sum(
         (start if start is not None else DEFAULT_STARTUP_S) + n * one for start, one in per_side
     )
@@ -233,7 +237,11 @@ def plan(
         measured = measured and known
         if record_passes is not None:
             start = statistics.fmean(mine) if mine and is_launched else None
-            n = record_passes if isinstance(record_passes, int) else auto_passes(start, one_pass)
+            if isinstance(record_passes, int):
+                n = record_passes
+            else:  # as the first launch will choose, at the ratio the entries recorded
+                ratio = recorded_ratio(store, hardware, name, workload.key(), levels)
+                n = auto_passes(start, one_pass, ratio)
             sweep = n * one_pass
         lo_s += sweep * samples
         hi_s += sweep * (samples + max_reruns)

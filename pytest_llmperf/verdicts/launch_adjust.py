@@ -44,6 +44,7 @@ __all__ = [
     "decide_adjusted",
     "launch_residuals",
     "median_variance",
+    "within_to_launch",
     "launch_centre",
     "launch_means",
     "launches_of",
@@ -243,6 +244,31 @@ def _with_passes(spreads: Sequence[LaunchResidual], var: float, dof: int) -> tup
     dof_w = sum(r.within_dof for r in within)
     var_w = sum(r.within_dof * (r.within_sd or 0.0) ** 2 for r in within) / dof_w
     return pool_within(var, dof, var_w * median_variance(passes) / passes, dof_w)
+
+
+def within_to_launch(spreads: Sequence[LaunchResidual]) -> float | None:
+    """``σ_W / σ_L`` as recorded: a pass's own spread against a launch's own effect on a level,
+    the latter what the launch medians' variance holds beyond their passes' noise, both pooled
+    over the levels (``run/passes.py`` chooses passes from it). None unless some level spans two
+    or more launches of two or more passes; ``inf`` when the launch medians vary no more than
+    their passes explain, by the F-test ``pool_within`` applies (a further pass is then worth
+    all it costs)."""
+    rows = [
+        r
+        for r in spreads
+        if r.within_sd is not None and r.within_dof > 0 and r.sd is not None and r.n >= 2
+    ]
+    if not rows:
+        return None
+    dof = sum(r.n - 1 for r in rows)
+    var_m = sum((r.n - 1) * (r.sd or 0.0) ** 2 for r in rows) / dof
+    dof_w = sum(r.within_dof for r in rows)
+    var_w = sum(r.within_dof * (r.within_sd or 0.0) ** 2 for r in rows) / dof_w
+    passes = min(r.passes for r in rows)
+    explained = var_w * median_variance(passes) / passes
+    if var_w <= 0 or var_m / explained <= _f_critical(dof, dof_w):
+        return math.inf  # the F-test of ``pool_within``: no launch effect found
+    return math.sqrt(var_w / (var_m - explained))
 
 
 def pool_within(var: float, dof: int, var_w: float, dof_w: int) -> tuple[float, int]:

@@ -177,14 +177,19 @@ class SlowStart(ScriptedRun):
         return level
 
 
-@pytest.mark.parametrize(("startup_s", "passes"), [(300.0, 8), (5.0, 1)])
-def test_auto_passes_follow_the_first_launchs_start_up(startup_s: float, passes: int) -> None:
+@pytest.mark.parametrize(
+    ("startup_s", "ratio", "passes"), [(300.0, None, 8), (5.0, None, 1), (300.0, 0.5, 2)]
+)
+def test_auto_passes_follow_the_first_launchs_start_up(
+    startup_s: float, ratio: float | None, passes: int
+) -> None:
     # the default passes = "auto": a pass of two 10 s levels; start-up 300 s gives
-    # 2 x sqrt(300 / 20) = 7.7 -> 8 passes a launch, on every launch; 5 s is a cheap launch
+    # 2 x sqrt(300 / 20) = 7.7 -> 8 passes a launch, on every launch; 5 s is a cheap launch;
+    # at the ratio 0.5 the entries recorded (launches the larger noise) 0.5 x 3.9 -> 2
     script = {(s, c): [100.0 * c] * 40 for s in ("old", "new") for c in (1, 4)}
     run = SlowStart(script, startup_s)
     abr = ABRun(ABSpec(candidate="new", reference="old", rounds=2), (1, 4), WORKLOAD,
-                cast(PerfRun, run), sequential=True)  # fmt: skip
+                cast(PerfRun, run), sequential=True, ratio=ratio)  # fmt: skip
     abr.result(4)
     assert abr.passes == passes
     assert len(run.calls) == 2 * 2 * 2 * passes  # rounds x sides x levels x passes

@@ -1,10 +1,14 @@
 """``baseline_passes = "auto"`` (run/passes.py): passes chosen from the first launch's start-up
-and its first pass, once per config; ``PerfRun.ensure_launches`` measures them."""
+and its first pass, once per config, at the ratio of a pass's noise to a launch's own effect
+that earlier entries recorded (else assumed); ``PerfRun.ensure_launches`` measures them."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_llmperf.run import plan_time
@@ -14,10 +18,19 @@ from pytest_llmperf.run.passes import (
     auto_passes,
     first_pass,
     parse_passes,
+    ratio_text,
+    recorded_ratio,
 )
 from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.run.samples import SampleStore
-from pytest_llmperf.verdicts.baseline_file import BaselineEntry, MetricSummary
+from pytest_llmperf.verdicts.baseline import BaselineStore
+from pytest_llmperf.verdicts.baseline_file import (
+    BaselineEntry,
+    EntryKey,
+    LaunchResidual,
+    MetricSummary,
+)
+from pytest_llmperf.verdicts.launch_adjust import summarize_passes, within_to_launch
 
 from ..verdicts import WORKLOAD, make_level
 
@@ -94,7 +107,7 @@ def test_auto_measures_the_chosen_passes_on_every_launch_and_says_why() -> None:
     assert [c for _, c in run.calls[:6]] == [1, 4, 16, 1, 4, 16]
     first = by["L1"][1][0]
     assert "baseline_passes = auto: 8 passes of the sweep a launch (start-up 300 s, a pass " \
-        "15.0 s)" in first.notes  # fmt: skip
+        "15.0 s, pass-to-launch noise ratio 2 assumed)" in first.notes  # fmt: skip
     assert run.chosen_passes("plain", WORKLOAD, [1, 4, 16]) == 8
     assert first_pass(by, [1, 4, 16]) == (300.0, 15.0)
 
@@ -164,3 +177,86 @@ def test_the_header_counts_ab_rounds_and_their_passes(
     sweeps = 2 * (300.0 + one)
     assert whole.seconds == pytest.approx((sweeps + 2 * per_round, sweeps + most * per_round))
     assert " + A/B new-vs-old " in whole.line()
+
+
+def drawn_residuals(
+    launch_sd: float,
+    pass_sd: float,
+    levels: int = 4,
+    launches: int = 6,
+    passes: int = 4,
+    rng: np.random.Generator | None = None,
+) -> list[LaunchResidual]:
+    """What recording entries keep of ``levels`` levels: each launch moves a level by its own
+    N(0, ``launch_sd``), each pass by N(0, ``pass_sd``) (seeded draws)."""
+    rng = rng or np.random.default_rng(7)
+    out = []
+    for _ in range(levels):
+        per_launch = [
+            list(effect + rng.normal(0.0, pass_sd, passes))
+            for effect in rng.normal(0.0, launch_sd, launches)
+        ]
+        got = summarize_passes(per_launch)
+        assert got is not None
+        out.append(got)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("launch_sd", "pass_sd", "truth", "seen"), [(0.01, 0.02, 2.0, 0.6), (0.02, 0.01, 0.5, 0.95)]
+)
+def test_the_ratio_is_learned_from_recorded_passes(
+    launch_sd: float, pass_sd: float, truth: float, seen: float
+) -> None:
+    rng = np.random.default_rng(11)
+    # 200 re-recordings of 4 levels x 6 launches x 4 passes: a launch effect is seen in most
+    # (71 % and 100 % of these draws; where it is not, the ratio is infinite and auto takes
+    # the most passes, what a ratio of 2 takes too at 300 s / 15 s), and where it is seen the
+    # ratio is found within a factor of 1.5 in most
+    got = [within_to_launch(drawn_residuals(launch_sd, pass_sd, rng=rng)) for _ in range(200)]
+    finite = [r for r in got if r is not None and math.isfinite(r)]
+    assert len(finite) >= seen * len(got), len(finite)
+    assert truth / 1.25 < float(np.median(finite)) < truth * 1.25, np.median(finite)
+    assert np.mean([truth / 1.5 < r < truth * 1.5 for r in finite]) > 0.6
+
+
+def test_no_launch_effect_is_an_infinite_ratio_mostly() -> None:
+    # launches that differ by their passes' noise alone: the F-test (10 %) finds no effect in
+    # about 9 of 10 recordings, and then passes are worth all they cost
+    rng = np.random.default_rng(12)
+    got = [within_to_launch(drawn_residuals(0.0, 0.02, rng=rng)) for _ in range(200)]
+    assert 0.8 < np.mean([r == math.inf for r in got]) < 0.97
+    # one pass a launch, or one launch, records nothing to learn from
+    assert within_to_launch(drawn_residuals(0.01, 0.02, passes=1)) is None
+    assert within_to_launch(drawn_residuals(0.01, 0.02, launches=1)) is None
+
+
+def test_auto_follows_the_learned_ratio() -> None:
+    # start-up 300 s, a pass 15 s: sqrt(20) = 4.47
+    assert auto_passes(300.0, 15.0) == 8  # 2 assumed: 8.9, capped
+    assert auto_passes(300.0, 15.0, 1.0) == 4
+    assert auto_passes(300.0, 15.0, 0.2) == 1  # launches are the noise: passes buy little
+    assert auto_passes(300.0, 15.0, math.inf) == 8
+    assert auto_passes(10.0, 15.0, math.inf) == 1  # a cheap launch: one pass, whatever the ratio
+    assert ratio_text(None) == "pass-to-launch noise ratio 2 assumed"
+    assert ratio_text(1.234) == "pass-to-launch noise ratio 1.2 from the entries recorded before"
+
+
+def test_a_rerecording_chooses_at_the_ratio_its_entries_show(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    levels = [1, 4, 16]
+    spreads = drawn_residuals(0.02, 0.01, levels=3)
+    for c, res in zip(levels, spreads, strict=True):
+        tput = MetricSummary(mean=1000.0, direction="higher", launch_residual=res)
+        store.queue_update(EntryKey("hw", "plain", WORKLOAD.key(), c),
+                           BaselineEntry(metrics={"output_throughput": tput}))  # fmt: skip
+    store.flush()
+    ratio = recorded_ratio(store, "hw", "plain", WORKLOAD.key(), levels)
+    assert ratio == pytest.approx(within_to_launch(spreads))
+    assert recorded_ratio(store, "hw", "other", WORKLOAD.key(), levels) is None
+    run = TimedRun(300.0, 5.0)
+    by = run.ensure_launches("plain", WORKLOAD, levels, 1, AUTO, ratio)
+    want = auto_passes(300.0, 15.0, ratio)
+    assert want < 8  # the assumed ratio would choose 8
+    assert all(len(samples) == want for got in by.values() for samples in got.values())
+    assert any(ratio_text(ratio) in n for n in by["L1"][1][0].notes)

@@ -32,7 +32,8 @@ from pytest_llmperf.report.ab_table import (
     save_ab,
 )
 from pytest_llmperf.run import ab
-from pytest_llmperf.run.ab import ABRun
+from pytest_llmperf.run.ab import ABRun, round_order
+from pytest_llmperf.run.passes import AUTO, recorded_ratio
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import Workload
@@ -131,6 +132,11 @@ def ab_run(
     if key not in runs:
         where = request.node.nodeid
         marker = marker or {}
+        ratio = None
+        if spec.passes == AUTO:  # at the ratio the first side's entries recorded
+            first = round_order(spec, 0)[0]
+            ratio = recorded_ratio(llm.store, llm.perf_run(suite).hardware_for(first), first,
+                                   workload.key(), levels)  # fmt: skip
         runs[key] = ABRun(
             spec, levels, workload, llm.perf_run(suite), policy=policy,
             accuracy_items=llm.effective(suite, {}, "accuracy_items", where),
@@ -138,6 +144,7 @@ def ab_run(
             sequential=llm.effective(suite, marker, "sequential", where),
             launch_budget=llm.effective(suite, marker, "launch_budget", where),
             time_budget=llm.effective(suite, marker, "time_budget", where),
+            ratio=ratio,
         )  # fmt: skip
     return runs[key]
 
