@@ -15,7 +15,10 @@ sd 15 %, within-run drift sd 10 %) with the drift redrawn every ``--drift-period
 Cases: unchanged; "new" 25 % slower at C=16 (``new: --sim-slowdown 9-16:1.362``, steps whose
 batch holds 9-16 requests take 1.362 times as long, calibrated to a 25.7 % drop of output
 throughput at C=16 as ``bench_sequential.py`` measured); "new" 10 % slower (``9-16:1.1266``,
-10.2 %). ``--passes N`` sets ``[[ab]] passes`` for the "after" procedure.
+10.2 %). ``--passes N`` sets ``[[ab]] passes`` for the "after" procedure (``auto``: the
+plugin chooses, one pass for the simulator's 1 s launches; ``--load-time S`` makes every
+simulated launch really load for ``S`` seconds, ``--sim-load-time``, so that it has a start-up
+to choose from; the cost column then counts 300 s a launch instead of the ``S`` the wall holds).
 Printed per procedure and case: runs with a false failure (any failed level, unchanged case),
 undecided (inconclusive) points, runs caught exactly (only C=16 failed), server launches per
 run (two a round, from ``ab.json``), wall time per run, and ``wall + launches x 300 s``: the
@@ -83,8 +86,9 @@ def pytest_run(target: Path, out: Path, sim: str) -> dict:
     verdicts = {p["concurrency"]: p["verdict"] for p in points}
     rounds = max((len(p["order"]) for p in points), default=0)
     adjusted = sum(bool(p.get("adjusted")) for p in points)
+    passes = max((p.get("passes") or 1 for p in points), default=0)
     return {"verdicts": verdicts, "launches": 2 * rounds, "adjusted": adjusted, "wall": wall,
-            "rc": proc.returncode, "tail": proc.stdout[-3000:]}  # fmt: skip
+            "passes": passes, "rc": proc.returncode, "tail": proc.stdout[-3000:]}  # fmt: skip
 
 
 def main() -> None:
@@ -95,10 +99,15 @@ def main() -> None:
     ap.add_argument("--cases", default="unchanged,25,10")
     ap.add_argument("--procedures", default="before,after")
     ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
-    ap.add_argument("--passes", type=int, default=1, help="[[ab]] passes of 'after'")
+    ap.add_argument("--passes", default="1", help="[[ab]] passes of 'after': a number, or auto")
+    ap.add_argument("--load-time", type=float, default=0.0,
+                    help="--sim-load-time: seconds each simulated launch really loads")  # fmt: skip
     args = ap.parse_args()
     noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
              f"--sim-time-scale {args.time_scale}")  # fmt: skip
+    if args.load_time:
+        noise += f" --sim-load-time {args.load_time}"
+    passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
     cases = {
         "unchanged": noise,
         "25": f"{noise}; new: --sim-slowdown 9-16:1.362",
@@ -113,8 +122,8 @@ def main() -> None:
         suite = target / "llmperf.toml"
         for proc in args.procedures.split(","):
             spec = dict(PROCEDURES[proc])
-            if proc == "after" and args.passes > 1:
-                spec["ab"] = f"passes = {args.passes}"
+            if proc == "after" and passes != "1":
+                spec["ab"] = f"passes = {passes}"
             suite.write_text(SUITE.format(**spec))
             for label in args.cases.split(","):
                 runs = []
@@ -122,7 +131,8 @@ def main() -> None:
                     r = pytest_run(target, root / f"{proc}-{label}-{i}", cases[label])
                     runs.append(r)
                     print(f"  {proc} {label} run {i + 1}: {r['wall']:.0f} s, {r['launches']} "
-                          f"launches, {r['adjusted']} adjusted, {r['verdicts']}",
+                          f"launches, {r['passes']} passes, {r['adjusted']} adjusted, "
+                          f"{r['verdicts']}",
                           flush=True)  # fmt: skip
                     if args.verbose and (r["rc"] not in (0, 1) or len(r["verdicts"]) < 3):
                         print(r["tail"], flush=True)
@@ -130,7 +140,8 @@ def main() -> None:
     print()
     print(f"{args.runs} runs each; 'after' with {args.passes} pass(es); gpu-shared noise, "
           f"drift redrawn every {args.drift_period} s; "
-          f"cost = wall + launches x {LAUNCH_COST_S:.0f} s (virtual, by arithmetic)")  # fmt: skip
+          f"cost = wall + launches x ({LAUNCH_COST_S:.0f} s - the {args.load_time:g} s load the "
+          f"wall holds) (virtual, by arithmetic)")  # fmt: skip
     head = ("procedure", "case", "false fail", "undecided pts", "caught exactly", "launches/run",
             "wall s/run", "cost s/run")  # fmt: skip
     print(" | ".join(head))
@@ -145,7 +156,7 @@ def main() -> None:
         und = f"{undecided}" + (f" (+{missing} unjudged)" if missing else "")
         print(" | ".join(str(x) for x in (
             proc, label, false_fail, und, caught, f"{launches:.1f}", f"{wall:.0f}",
-            f"{wall + launches * LAUNCH_COST_S:.0f}")))  # fmt: skip
+            f"{wall + launches * (LAUNCH_COST_S - args.load_time):.0f}")))  # fmt: skip
 
 
 if __name__ == "__main__":

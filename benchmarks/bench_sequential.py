@@ -22,6 +22,10 @@ steps 4/3 and 10/9 as long drop it by only 23.5 % and 8.9 %).
 
 ``--passes N`` records and judges with ``baseline_passes = N``: each launch measures its levels
 in N interleaved passes, and a launch-adjusted point is judged on its launches' median passes.
+``--passes auto`` leaves the choice to the plugin, which takes one pass for the simulator's 1 s
+launches; ``--load-time S`` makes every simulated launch really take ``S`` seconds to load
+(``--sim-load-time``), so that ``auto`` has a start-up to choose from (the cost column then
+counts 300 s a launch instead of the ``S`` the wall already holds).
 Printed per procedure and case: runs with a false failure (any failed point, unchanged case),
 undecided points, runs caught exactly (only C=16 failed), server launches per run (distinct
 launch ids in results.json) and wall time per run, and ``wall + launches x 300 s``: the cost of
@@ -122,6 +126,25 @@ def pytest_run(target: Path, base: Path, out: Path, sim: str | None, *, update: 
             "tail": proc.stdout[-3000:]}  # fmt: skip
 
 
+def recorded_passes(base: Path) -> set[int]:
+    """The passes a launch the recorded entries say they measured (1: no pass fields)."""
+    found: set[int] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("launch_residual"), dict):
+                found.add(int(node["launch_residual"].get("passes", 1)))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for path in base.rglob("*.json"):
+        walk(json.loads(path.read_text()))
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20, help="runs per procedure and case")
@@ -130,8 +153,9 @@ def main() -> None:
     ap.add_argument("--cases", default="unchanged,25,10")
     ap.add_argument("--procedures", default="before,after")
     ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
-    ap.add_argument("--passes", type=int, default=1,
-                    help="baseline_passes: passes of the sweep each launch measures")  # fmt: skip
+    ap.add_argument("--passes", default="1", help="baseline_passes: a number, or auto")
+    ap.add_argument("--load-time", type=float, default=0.0,
+                    help="--sim-load-time: seconds each simulated launch really loads")  # fmt: skip
     ap.add_argument("--engine", choices=("sim", "sglang"), default="sim")
     args = ap.parse_args()
     global LEVELS, SLOW, SUITE
@@ -145,11 +169,14 @@ def main() -> None:
             "{python}", json.dumps(python)
         )
         args.cases = "unchanged"
-    if args.passes > 1:
+    passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
+    if passes != "1":
         for lines in PROCEDURES.values():
-            lines.append(f"baseline_passes = {args.passes}")
+            lines.append(f"baseline_passes = {passes}")
     noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
              f"--sim-time-scale {args.time_scale}")  # fmt: skip
+    if args.load_time:
+        noise += f" --sim-load-time {args.load_time}"
     cases: dict[str, str | None] = {
         "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise} --sim-slowdown 9-16:1.362",
@@ -172,6 +199,7 @@ def main() -> None:
         if rec["rc"] != 0:
             print(rec["tail"])
             raise SystemExit(1)
+        print(f"  passes a launch recorded: {sorted(recorded_passes(base))}", flush=True)
         for proc in args.procedures.split(","):
             suite.write_text(SUITE.format(lines="\n".join(PROCEDURES[proc])))
             for label in args.cases.split(","):
@@ -187,7 +215,8 @@ def main() -> None:
                 rows.append((proc, label, runs))
     print()
     print(f"{args.runs} runs each; gpu-shared noise, drift redrawn every {args.drift_period} s; "
-          f"cost = wall + launches x {LAUNCH_COST_S:.0f} s (virtual, by arithmetic)")  # fmt: skip
+          f"cost = wall + launches x ({LAUNCH_COST_S:.0f} s - the {args.load_time:g} s load "
+          f"the wall holds) (virtual, by arithmetic)")  # fmt: skip
     head = ("procedure", "case", "false fail", "undecided pts", "caught exactly", "launches/run",
             "wall s/run", "cost s/run")  # fmt: skip
     print(" | ".join(head))
@@ -202,7 +231,7 @@ def main() -> None:
         und = f"{undecided}" + (f" (+{missing} unjudged)" if missing else "")
         print(" | ".join(str(x) for x in (
             proc, label, false_fail, und, caught, f"{launches:.1f}", f"{wall:.0f}",
-            f"{wall + launches * LAUNCH_COST_S:.0f}")))  # fmt: skip
+            f"{wall + launches * (LAUNCH_COST_S - args.load_time):.0f}")))  # fmt: skip
 
 
 if __name__ == "__main__":
