@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -324,11 +325,17 @@ def test_ab_in_passes_of_two_launched_servers(tmp_path: Path) -> None:
         f"{servers}\n\n[sweep]\nlevels = [1, 2, 4]\ninput_len = 32\noutput_len = 16\n\n"
         '[[ab]]\ncandidate = "new"\nreference = "old"\nrounds = 3\npasses = 2\n'
     )
-    run = _pytest(tmp_path)
+    run = _pytest(tmp_path, "-v")  # -q -v: the header, with its plan
     out = _out(run)
     assert run.returncode == 0, out  # the same server twice: no level fails, none is invalid
     points = json.loads((tmp_path / "llmperf-results" / "ab.json").read_text())["points"]
     assert {p["concurrency"] for p in points} == {1, 2, 4}, out
+    # the header planned the rounds it ran, two launches each, and the summary counts them
+    assert "+ A/B new-vs-old 2-3 rounds of 2 launches (2 passes a launch), about" in out, out
+    took = re.search(r"took: (\d+) launches", out)
+    rounds_run = max(p["rounds_run"] for p in points)
+    assert took is not None and int(took.group(1)) == 2 * rounds_run, out
+    assert 2 <= rounds_run <= 3
     for p in points:
         assert p["passes"] == 2, p
         rounds = p["rounds_run"]
