@@ -51,6 +51,7 @@ from pytest_llmperf.verdicts.green import paired_green_means
 from pytest_llmperf.verdicts.launch_adjust import (
     MIN_LEVELS,
     launch_centre,
+    polish,
     pool_residuals,
     summarize_passes,
 )
@@ -248,8 +249,9 @@ class ABRun:
     def pass_ratios(self, adjust: bool) -> dict[int, list[list[float]]]:
         """ln(candidate / reference) per level, per round, per pass: pass ``j`` of the
         candidate's launch paired with pass ``j`` of the reference's (launch-adjusted per pass
-        with ``adjust``: each pass's median over the levels removed, as a baseline's passes
-        are); NaN where the pair (or, adjusted, the pass's launch factor) had no valid value."""
+        with ``adjust``: each pass's launch factor removed by ``polish`` over its round's
+        passes, as a baseline's passes are); NaN where the pair (or, adjusted, the pass's
+        launch factor) had no valid value."""
         cand = self.pass_values[self.spec.candidate]
         ref = self.pass_values[self.spec.reference]
         shape = [len(p) for p in next(iter(cand.values()))]  # passes per round
@@ -261,12 +263,16 @@ class ABRun:
             ]
             for c in cand
         }
-        if adjust:  # every (round, pass) is a launch factor of its own
-            flat = remove_launch_factor(flat)
         out: dict[int, list[list[float]]] = {}
         for c, xs in flat.items():
             it = iter(xs)
             out[c] = [[next(it) for _ in range(k)] for k in shape]
+        if adjust:  # every (round, pass) has a launch factor of its own, polished per round
+            for r, k in enumerate(shape):
+                got = polish([{c: out[c][r][j] for c in out} for j in range(k)])
+                for j, res in enumerate(got):
+                    for c in out:
+                        out[c][r][j] = math.nan if res is None else res[c]
         return out
 
     def log_ratios(self, adjust: bool | None = None) -> dict[int, list[float]]:

@@ -10,7 +10,10 @@ estimated and removed, as A/B mode's ``adjust = "launch"`` does for paired round
 * each level's value is taken relative to its baseline centre, ``q_C = ln(v_C / base_C)``;
 * the launch factor is the median of ``q`` over the launch's levels (the median, so that one
   level's regression does not leak into the others; at least ``MIN_LEVELS`` levels);
-* the residual ``q_C - median`` is what is left of level C, free of the launch's speed.
+* the residual ``q_C - median`` is what is left of level C, free of the launch's speed;
+* a launch that measured its sweep in several passes has a factor per pass, found by median
+  polish of its levels × passes table (``polish``), and a level's residual is the median of
+  its passes' (``launch_centre``).
 
 The baseline records the mean and spread of the residuals of its own launches (each launch
 measures the whole sweep when recording with ``adjust = "launch"``); a run's residuals are
@@ -49,6 +52,7 @@ __all__ = [
     "launch_means",
     "launches_of",
     "pass_residuals",
+    "polish",
     "outlier_inflation",
     "pool_residuals",
     "pool_within",
@@ -76,6 +80,48 @@ def remove_common_factor(q: Mapping[int, float]) -> dict[int, float] | None:
         return None
     center = statistics.median(finite)
     return {c: v - center for c, v in q.items()}
+
+
+POLISH_STEPS = 10  # median polish: sweeps of rows then columns; it settles in two or three
+
+
+def polish(passes: Sequence[Mapping[int, float]]) -> list[dict[int, float] | None]:
+    """The launch factor removed from each pass of one launch (or A/B round), by median
+    polish of its levels × passes table of log-ratios (Tukey): each pass's factor is the
+    median over the levels of what is left once each level's own median over the passes is
+    removed, repeated until it settles. With one pass this is ``remove_common_factor``; with
+    several, a level stalled in one pass no longer moves that pass's factor: with three
+    levels, one regressed and another stalled, the median of the pass is the regressed level
+    itself, and one step would hide the regression in that pass. A pass with fewer than
+    ``MIN_LEVELS`` finite levels cannot be adjusted (None); a NaN level stays NaN."""
+    q = [{c: v for c, v in p.items() if math.isfinite(v)} for p in passes]
+    cols = [j for j, p in enumerate(q) if len(p) >= MIN_LEVELS]
+    if not cols:
+        return [None] * len(passes)
+    resid = {j: dict(q[j]) for j in cols}
+    factor = dict.fromkeys(cols, 0.0)
+    levels = sorted({c for j in cols for c in resid[j]})
+    for step in range(POLISH_STEPS):
+        moved = 0.0
+        if step:  # each level's own median over the passes, then again the passes' factors
+            for c in levels:
+                row = [resid[j][c] for j in cols if c in resid[j]]
+                r = statistics.median(row)
+                moved = max(moved, abs(r))
+                for j in cols:
+                    if c in resid[j]:
+                        resid[j][c] -= r
+        for j in cols:
+            s = statistics.median(resid[j].values())
+            moved = max(moved, abs(s))
+            factor[j] += s
+            resid[j] = {c: v - s for c, v in resid[j].items()}
+        if step and moved < 1e-12:
+            break
+    out: list[dict[int, float] | None] = [None] * len(passes)
+    for j in cols:
+        out[j] = {c: v - factor[j] if math.isfinite(v) else v for c, v in passes[j].items()}
+    return out
 
 
 def launch_residuals(
@@ -364,10 +410,15 @@ def launch_values(by_launch: Launches, name: str) -> dict[str, list[dict[int, fl
 def pass_residuals(values: PassValues, centers: Mapping[int, float], concurrency: int
                    ) -> list[list[float]]:  # fmt: skip
     """Per launch, level ``concurrency``'s residual in each of its passes that can be
-    adjusted (each pass's own median removed: a pass is free of the launch's speed)."""
+    adjusted (each pass's own launch factor removed, ``polish``: a pass is free of the
+    launch's speed)."""
     out: list[list[float]] = []
     for passes in values.values():
-        got = launch_residuals({str(j): p for j, p in enumerate(passes)}, centers, concurrency)
+        q = [
+            {c: math.log(v / centers[c]) for c, v in p.items() if v > 0 and centers.get(c, 0) > 0}
+            for p in passes
+        ]
+        got = [r[concurrency] for r in polish(q) if r is not None and concurrency in r]
         if got:
             out.append(got)
     return out

@@ -17,6 +17,7 @@ import pytest
 from pytest_llmperf.verdicts.launch_adjust import (
     decide_adjusted,
     launch_centre,
+    polish,
     pool_residuals,
     remove_common_factor,
     summarize_passes,
@@ -214,14 +215,14 @@ def _run_passes(
     def launch(drop: float) -> list[dict[int, float]]:
         speed = 0.15 * rng.standard_normal()
         own = {c: launch_effect * rng.standard_normal() for c in range(levels)}
-        out = []
+        qs = []
         for _ in range(passes):
             q = {c: speed + own[c] + within * rng.standard_normal() for c in range(levels)}
             q = {c: v + (math.log(0.6) if rng.random() < stalls else 0.0) for c, v in q.items()}
             q[0] += math.log(1 - drop)
-            res = remove_common_factor(q)
-            assert res is not None
-            out.append(res)
+            qs.append(q)
+        out = [r for r in polish(qs) if r is not None]  # as pass_residuals removes the factor
+        assert len(out) == passes
         return out
 
     for _ in range(n):
