@@ -184,3 +184,34 @@ def test_baselines_and_paired_ab_remove_the_launch_factor_the_same_way() -> None
     assert launch_residuals({"L": two}, centers, 64) == []
     with pytest.raises(InputError, match="at least 3 levels"):
         remove_launch_factor({c: [math.log(v)] for c, v in two.items()})
+
+
+def test_polish_finds_each_passs_factor_past_a_stall_in_another_level() -> None:
+    from pytest_llmperf.verdicts.launch_adjust import polish, remove_common_factor
+
+    drop, stall = math.log(0.9), math.log(0.6)
+    noise = [
+        [0.004, -0.006, 0.002, 0.0],
+        [-0.003, 0.005, -0.001, 0.002],
+        [0.001, 0.0, 0.003, -0.004],
+    ]
+    speed = [0.10, 0.12, 0.08, 0.11]  # each pass's own factor (drift)
+    passes = [{c: speed[j] + noise[c][j] for c in range(3)} for j in range(4)]
+    for p in passes:
+        p[0] += drop  # level 0 regressed in every pass
+    passes[2][1] += stall  # level 1 stalled in pass 3
+    # the pass's plain median is then level 0 itself: its residual there is 0
+    one_step = remove_common_factor(passes[2])
+    assert one_step is not None and one_step[0] == 0.0
+    got = polish(passes)
+    assert all(r is not None for r in got)
+    for j, r in enumerate(got):
+        assert r is not None and r[0] == pytest.approx(drop, abs=0.015), (j, r)
+        assert r[2] == pytest.approx(0.0, abs=0.015)
+    assert got[2] is not None and got[2][1] == pytest.approx(stall, abs=0.015)
+    # one pass: the plain median; a pass with fewer than three finite levels: None, NaN kept
+    assert polish(passes[:1]) == [remove_common_factor(passes[0])]
+    holes = [dict(passes[0]), {0: 0.1, 1: math.nan, 2: 0.2}, {**passes[1], 3: math.nan}]
+    out = polish(holes)
+    assert out[1] is None and out[0] is not None and out[2] is not None
+    assert math.isnan(out[2][3])
