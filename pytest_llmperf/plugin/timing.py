@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_llmperf.run.ab import round_order
-from pytest_llmperf.run.ab_rounds import FIXED_ROUNDS
+from pytest_llmperf.run.ab_rounds import round_budget
 from pytest_llmperf.run.plan_time import ab_plan, launch_budget, plan, planned_launches
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def plan_lines(
     record_passes = get("baseline_passes") if update and adjusting else None
     abs_ = []
     for spec in suite.ab:
-        # as run/ab.py runs them: ``rounds`` is the budget (sequential) or the count (fixed)
-        most = spec.rounds or (max(2, get("launch_budget")) if get("sequential") else FIXED_ROUNDS)
+        # as run/ab.py runs them: up to the budget (sequential), else exactly that many
+        most = round_budget(spec.rounds, get("sequential"), get("launch_budget"))
         fewest = 2 if get("sequential") else most
         try:
             sides = [(c, run.hardware_for(c)) for c in round_order(spec, 0)]

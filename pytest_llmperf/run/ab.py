@@ -38,7 +38,7 @@ from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.core.probes import ProbeError
 from pytest_llmperf.report.ab_table import ABPoint
 from pytest_llmperf.run import accuracy
-from pytest_llmperf.run.ab_rounds import FIXED_ROUNDS, run_rounds
+from pytest_llmperf.run.ab_rounds import round_budget, run_rounds
 from pytest_llmperf.run.checks import Outcome, Properties
 from pytest_llmperf.run.passes import AUTO, auto_passes
 from pytest_llmperf.run.perfrun import PerfRun, PointError
@@ -132,10 +132,8 @@ class ABRun:
 
     @property
     def budget(self) -> int:
-        """The most rounds: ``rounds``, else ``launch_budget`` (sequential) or 4 (fixed)."""
-        if self.spec.rounds is not None:
-            return self.spec.rounds
-        return max(2, self.launch_budget) if self.sequential else FIXED_ROUNDS
+        """The most rounds (``ab_rounds.round_budget``)."""
+        return round_budget(self.spec.rounds, self.sequential, self.launch_budget)
 
     def measure(self) -> None:
         """Run the rounds (once): all of them, or, sequential, until every level is decided;

@@ -16,10 +16,18 @@ from collections.abc import Callable
 
 from pytest_llmperf.run.plan_time import planned_launches
 
-__all__ = ["FIXED_ROUNDS", "run_rounds"]
+__all__ = ["FIXED_ROUNDS", "round_budget", "run_rounds"]
 
 FIXED_ROUNDS = 4  # [[ab]] rounds when not given and not sequential (the budget is then
 # launch_budget: a budget costs only what the noise needs, so it can be larger)
+
+
+def round_budget(rounds: int | None, sequential: bool, launch_budget: int) -> int:
+    """The most rounds of an ``[[ab]]``: its ``rounds``, else ``launch_budget`` (sequential,
+    never fewer than two) or ``FIXED_ROUNDS``."""
+    if rounds is not None:
+        return rounds
+    return max(2, launch_budget) if sequential else FIXED_ROUNDS
 
 
 def run_rounds(

@@ -167,6 +167,24 @@ def _startup(store: BaselineStore, hardware: str, name: str) -> list[float]:
     ]
 
 
+def _predicted_passes(
+    passes: Passes,
+    store: BaselineStore,
+    hardware: str,
+    name: str,
+    workload: Workload,
+    levels: Sequence[int],
+    startup_s: float | None,
+    pass_s: float,
+) -> int:
+    """``passes``, or for ``"auto"`` what the first launch will choose from the same recorded
+    start-up and pass time, at the ratio ``name``'s entries recorded (``run/passes.py``)."""
+    if isinstance(passes, int):
+        return passes
+    ratio = recorded_ratio(store, hardware, name, workload.key(), levels)
+    return auto_passes(startup_s, pass_s, ratio)
+
+
 def ab_plan(
     label: str,
     sides: Sequence[tuple[str, str]],
@@ -189,11 +207,8 @@ def ab_plan(
         measured = measured and known
         per_side.append((statistics.fmean(startups) if startups else None, one))
     first_start, first_pass = per_side[0]
-    if isinstance(passes, int):
-        n = passes
-    else:  # as the first launch will choose, at the ratio its side's entries recorded
-        ratio = recorded_ratio(store, sides[0][1], sides[0][0], workload.key(), levels)
-        n = auto_passes(first_start, first_pass, ratio)
+    name, hardware = sides[0]
+    n = _predicted_passes(passes, store, hardware, name, workload, levels, first_start, first_pass)
     per_round = sum(
         (start if start is not None else DEFAULT_STARTUP_S) + n * one for start, one in per_side
     )
@@ -237,11 +252,8 @@ def plan(
         measured = measured and known
         if record_passes is not None:
             start = statistics.fmean(mine) if mine and is_launched else None
-            if isinstance(record_passes, int):
-                n = record_passes
-            else:  # as the first launch will choose, at the ratio the entries recorded
-                ratio = recorded_ratio(store, hardware, name, workload.key(), levels)
-                n = auto_passes(start, one_pass, ratio)
+            n = _predicted_passes(record_passes, store, hardware, name, workload, levels, start,
+                                  one_pass)  # fmt: skip
             sweep = n * one_pass
         lo_s += sweep * samples
         hi_s += sweep * (samples + max_reruns)
