@@ -214,7 +214,12 @@ def main() -> None:
                         print(r["tail"], flush=True)
                 rows.append((proc, label, runs))
     print()
-    print(f"{args.runs} runs each; gpu-shared noise, drift redrawn every {args.drift_period} s; "
+    noise = (
+        f"gpu-shared noise, drift redrawn every {args.drift_period} s"
+        if args.engine == "sim"
+        else "real SGLang on this CPU, its own noise"
+    )
+    print(f"{args.runs} runs each; {noise}; "
           f"cost = wall + launches x ({LAUNCH_COST_S:.0f} s - the {args.load_time:g} s load "
           f"the wall holds) (virtual, by arithmetic)")  # fmt: skip
     head = ("procedure", "case", "false fail", "undecided pts", "caught exactly", "launches/run",
