@@ -5,8 +5,8 @@ sweeps that measure a simulated server in real time, and on a 2-core machine a s
 tests starve a measuring session's load generator (event-loop lag over the plugin's 10 ms
 limit). The plugin then rightly calls points too busy, invalid or undecided: verdicts about the
 box, not about the workflow a test checks. The worker keeps the tests out of pytest's own
-process. Real-time sweeps marked ``slow`` are left out
-of this run (``addopts`` in pyproject.toml) and run on their own: ``pytest tests -m slow -n 0``.
+process. Real-time sweeps marked ``slow`` are left out of this run (``addopts`` in
+pyproject.toml) and run on their own: ``pytest tests -m slow -n 0``.
 Tests about a busy machine make their load themselves (``tests/plugin/test_busy_machine.py``).
 
 Given ``-n`` (``-n 0``: in this process; ``-n 2`` on a bigger machine) or ``--pdb``, or only
