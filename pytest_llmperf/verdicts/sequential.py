@@ -16,8 +16,8 @@ value ``c_k`` in place of the fixed ``z``:
 
 The two sides make different promises. A false fail is the costly error (a red build nobody
 caused), so ``c_k`` spends ``α`` (2.5 %) at a deficit exactly at the tolerance. The pass side
-is a futility bound: ``p_k`` spends ``β`` (10 %) at a regression of twice the tolerance, so such
-a regression passes at most 10 % of the time, and an unchanged point passes once its noise
+is a futility bound: ``p_k`` spends ``β`` (5 %) at a regression of twice the tolerance, so such
+a regression passes at most 5 % of the time, and an unchanged point passes once its noise
 margin is under the tolerance rather than having to prove the change smaller than a tolerance
 the launch noise may exceed. (The plain rule of ``stats.decide`` passes every ``d <= tol``, with
 no promise at all about what passes.)
