@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pytest_llmperf.base.gpu_stats import clock_note
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
+from pytest_llmperf.core.probes import ProbeError
 from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run import accuracy
@@ -37,7 +38,7 @@ from pytest_llmperf.run.busy import (
 from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.passes import AUTO, Passes, recorded_ratio
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.probing import judge_point, launch_probes, measure_probed
+from pytest_llmperf.run.probing import judge_point, launch_probes, measure_probed, probe_launch
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
@@ -276,10 +277,23 @@ class PointCheck:
         settle_config(self.run, self.config, self.workload, levels,
                       lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
                       launch_budget=budget, time_budget_min=self.time_budget,
-                      policy=self.policy, passes=self.entry_passes)  # fmt: skip
+                      policy=self.policy, passes=self.entry_passes,
+                      before_relaunch=self._probe_live)  # fmt: skip
         self.samples = self.run.samples(self.config, self.workload, self.concurrency)
         self.comparison = self._compare(self.concurrency, looks=budget)
         return self.comparison
+
+    def _probe_live(self) -> None:
+        """Have the live launch answer the consistency probes before the sequential loop
+        replaces it, when the entry has answers to judge them against: each launch that
+        answered is one more the permutation test can relabel (``judge_point``)."""
+        entry = self.store.get(self.key, mark_used=False)
+        if self.run.options.probes <= 0 or entry is None or entry.probes is None:
+            return
+        try:
+            probe_launch(self.run, self.config, self.workload)
+        except (ProbeError, PointError):
+            pass  # a launch that cannot answer: judging the point says so (judge_point)
 
     @property
     def result(self) -> LevelResult:

@@ -86,11 +86,11 @@ def launch_probes(run: PerfRun, config: str, workload: Workload) -> list[ProbeSe
 
 
 def probed(run: PerfRun, config: str, workload: Workload) -> list[ProbeSet]:
-    """``launch_probes``, asking the live launch (or a new one) when none answered yet."""
-    got = launch_probes(run, config, workload)
-    if not got and probe_launch(run, config, workload) is not None:
-        got = launch_probes(run, config, workload)
-    return got
+    """``launch_probes``, the live launch's answers among them (asked now if it has not
+    answered), or a new launch's when none is up and none answered yet."""
+    if run.servers.live_launch(config) is not None or not launch_probes(run, config, workload):
+        probe_launch(run, config, workload)
+    return launch_probes(run, config, workload)
 
 
 def measure_probed(run: PerfRun, config: str, workload: Workload, concurrency: int, n: int) -> None:
