@@ -192,6 +192,7 @@ class PointCheck:
         """Measure (or reuse) ``repeat`` samples of this point (``baseline_repeat`` when
         recording, from fresh launches); ``PointError`` if it cannot. Adjusting, each of
         those launches measures the whole sweep."""
+        self._every_launch_answers()
         n = max(self.repeat, self.baseline_repeat) if self.update else self.repeat
         if self.adjusting:
             ratio = None
@@ -277,23 +278,32 @@ class PointCheck:
         settle_config(self.run, self.config, self.workload, levels,
                       lambda c: self._compare(c, looks=budget), adjusting=self.adjusting,
                       launch_budget=budget, time_budget_min=self.time_budget,
-                      policy=self.policy, passes=self.entry_passes,
-                      before_relaunch=self._probe_live)  # fmt: skip
+                      policy=self.policy, passes=self.entry_passes)  # fmt: skip
         self.samples = self.run.samples(self.config, self.workload, self.concurrency)
         self.comparison = self._compare(self.concurrency, looks=budget)
         return self.comparison
 
-    def _probe_live(self) -> None:
-        """Have the live launch answer the consistency probes before the sequential loop
-        replaces it, when the entry has answers to judge them against: each launch that
-        answered is one more the permutation test can relabel (``judge_point``)."""
-        entry = self.store.get(self.key, mark_used=False)
-        if self.run.options.probes <= 0 or entry is None or entry.probes is None:
+    def _every_launch_answers(self) -> None:
+        """Have each launch of the config answer the consistency probes before a fresh one
+        replaces it (``PerfRun.before_relaunch``: the sequential loop's, ``repeat``'s and
+        re-runs' launches alike), when the entry has answers to judge them against or this
+        run records: each launch that answered is one more the permutation test can relabel
+        (``judge_point``)."""
+        if self.run.options.probes <= 0:
             return
-        try:
-            probe_launch(self.run, self.config, self.workload)
-        except (ProbeError, PointError):
-            pass  # a launch that cannot answer: judging the point says so (judge_point)
+        if not self.update:
+            entry = self.store.get(self.key, mark_used=False)
+            if entry is None or entry.probes is None:
+                return
+        run, config, workload = self.run, self.config, self.workload
+
+        def ask() -> None:
+            try:
+                probe_launch(run, config, workload)
+            except (ProbeError, PointError):
+                pass  # a launch that cannot answer: judging the point says so (judge_point)
+
+        run.before_relaunch[(config, "probes", workload.seed, workload.backend)] = ask
 
     @property
     def result(self) -> LevelResult:
@@ -311,6 +321,7 @@ class PointCheck:
         to ``max_reruns`` times (a failing one once, to confirm it), in fresh launches where it
         can. Sequential (not recording, a config that can be relaunched):
         ``_evaluate_sequential``."""
+        self._every_launch_answers()
         # An attached server is one launch: no look after the first, so the plain rule; a point
         # judged against its history has no baseline launches to look against.
         sequential = self.sequential and self.history is None and not self.update

@@ -107,6 +107,9 @@ class PerfRun:
         # Each launch's consistency probe answers (or why it gave none) per (config, launch,
         # probes, tokens, seed, backend): run/probing.py.
         self.probes: dict[tuple[Any, ...], Any] = {}
+        # What each launch of a config must do before a fresh launch replaces it, per (config,
+        # purpose): a point judged on consistency probes has every launch answer them.
+        self.before_relaunch: dict[tuple[Any, ...], Callable[[], None]] = {}
         # baseline_passes = "auto": the passes chosen per (config, workload), run/passes.py
         self._passes: dict[tuple[str, Workload], int] = {}
 
@@ -222,6 +225,10 @@ class PerfRun:
         (A/B rounds) leaves the sample out of the point's samples and the results file."""
         with self.servers.lock:
             if fresh_launch:
+                if self.servers.live_launch(config) is not None:
+                    for (c, *_), ask in list(self.before_relaunch.items()):
+                        if c == config:
+                            ask()
                 self.relaunch_config(config)
             handle = self.server(config)
             state = self.servers.state(config)

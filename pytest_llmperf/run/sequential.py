@@ -10,11 +10,6 @@ not measured again, and no other config is relaunched. The loop stops when every
 decided, the config cannot be relaunched (attached, or ``relaunch = never``), a launch fails, or
 the budget is spent: ``launch_budget`` launches (the first included), or ``time_budget`` minutes of
 this config's measuring, whichever comes first (``planned_launches``).
-
-A launch is stopped when the next one starts, so whatever must be asked of every launch (the
-greedy consistency probes: one launch's answers against a baseline's three can never show a
-changed model as clearly as several can) is asked through ``before_relaunch``, while the
-launch that just measured is still up.
 """
 
 from __future__ import annotations
@@ -66,13 +61,11 @@ def settle_config(
     time_budget_min: float | None = None,
     policy: ValidityPolicy | None = None,
     passes: int = 1,
-    before_relaunch: Callable[[], None] | None = None,
 ) -> dict[int, PointComparison]:
     """Judge every point of ``levels`` of ``config``, adding launches as the module says;
     returns each point's last comparison. ``levels`` are measured in the live launch first
     where they have no sample yet. Adjusting, each added launch measures its levels in
-    ``passes`` interleaved passes, as the baseline's launches did. ``before_relaunch`` is
-    called before each added launch replaces the live one."""
+    ``passes`` interleaved passes, as the baseline's launches did."""
     need = sorted(set(levels))
     for c in need:
         if not run.samples(config, workload, c):
@@ -98,8 +91,6 @@ def settle_config(
             # The launch's speed is the median over its levels: fill up with decided ones.
             todo += [c for c in need if c not in todo][: max(0, MIN_LEVELS - len(todo))]
         rounds = max(1, passes) if adjusting else 1
-        if before_relaunch is not None:
-            before_relaunch()
         try:
             for j in range(rounds):
                 for i, c in enumerate(sorted(todo)):

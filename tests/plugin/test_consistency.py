@@ -194,6 +194,15 @@ def test_baseline_probes_pass_unchanged_and_fail_a_changed_share(
     assert int(msg.group(2)) == recorded
     assert int(msg.group(3)) == _launches(pytester), out[-3000:]
 
+    # Fixed repeats (and their re-runs) in fresh launches: each answers too.
+    pytester.makefile(".toml", llmperf=POINT_SUITE + "sequential = false\nrepeat = 2\n")
+    changed = _point(pytester, "--sim-nondeterminism 0.02 --sim-diverge-share 0.25", *probes)
+    out = changed.stdout.str()
+    changed.assert_outcomes(failed=1)
+    msg = re.search(r"by this run than by the baseline \((\d+) vs (\d+) launches;", out)
+    assert msg, out[-3000:]
+    assert int(msg.group(2)) == _launches(pytester) >= 2, out[-3000:]
+
 
 def test_update_adds_probes_to_an_entry_without_them(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", llmperf=light(POINT_SUITE))
