@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
+from pytest_llmperf.verdicts.consistency import Consistency
 from pytest_llmperf.verdicts.gates import Gate
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
@@ -44,6 +45,8 @@ class Judgement(BaseModel):
     name: str | None = None  # crossover: its name in the suite
     green_means: str | None = None  # point: the regression its verdict could have missed
     accuracy: AccuracyComparison | None = None  # point: the accuracy probe's verdict
+    # point: the greedy probes against the entry's answers (None: off, or none to judge)
+    consistency: Consistency | None = None
     missable: dict[str, float] = Field(default_factory=dict)  # point: per metric, relative
 
     @property

@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from pytest_llmperf.base.gpu_stats import clock_note
 from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
-from pytest_llmperf.core.probes import ProbeError
 from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run import accuracy
@@ -38,7 +37,12 @@ from pytest_llmperf.run.busy import (
 from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.passes import AUTO, Passes, recorded_ratio
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.probing import judge_point, launch_probes, measure_probed, probe_launch
+from pytest_llmperf.run.probing import (
+    answer_every_launch,
+    judge_point,
+    launch_probes,
+    measure_probed,
+)
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
@@ -284,26 +288,14 @@ class PointCheck:
         return self.comparison
 
     def _every_launch_answers(self) -> None:
-        """Have each launch of the config answer the consistency probes before a fresh one
-        replaces it (``PerfRun.before_relaunch``: the sequential loop's, ``repeat``'s and
-        re-runs' launches alike), when the entry has answers to judge them against or this
-        run records: each launch that answered is one more the permutation test can relabel
-        (``judge_point``)."""
-        if self.run.options.probes <= 0:
-            return
-        if not self.update:
-            entry = self.store.get(self.key, mark_used=False)
-            if entry is None or entry.probes is None:
-                return
-        run, config, workload = self.run, self.config, self.workload
+        """Each launch answers the probes before a fresh one replaces it (``probing``), when
+        the entry has answers to judge them against or this run records them."""
+        if self.run.options.probes > 0 and (self.update or self._entry_has_probes()):
+            answer_every_launch(self.run, self.config, self.workload)
 
-        def ask() -> None:
-            try:
-                probe_launch(run, config, workload)
-            except (ProbeError, PointError):
-                pass  # a launch that cannot answer: judging the point says so (judge_point)
-
-        run.before_relaunch[(config, "probes", workload.seed, workload.backend)] = ask
+    def _entry_has_probes(self) -> bool:
+        entry = self.store.get(self.key, mark_used=False)
+        return entry is not None and entry.probes is not None
 
     @property
     def result(self) -> LevelResult:
@@ -402,7 +394,8 @@ class PointCheck:
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
                 tolerances=dict(self.tolerances), adjust=self.adjust, looks=self.looks,
-                green_means=green_means(pc), missable=missable(pc), accuracy=acc)  # fmt: skip
+                green_means=green_means(pc), missable=missable(pc), accuracy=acc,
+                consistency=cons)  # fmt: skip
         if cons is not None and cons.verdict == Verdict.FAIL and not self.update:
             speed = f"\n{pc.message()}" if pc.verdict == Verdict.FAIL else ""
             return Outcome.fail(cons.message + speed)

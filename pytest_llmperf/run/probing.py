@@ -17,6 +17,7 @@ from pytest_llmperf.verdicts.verdict import Verdict
 
 __all__ = [
     "PROBE_DEADLINE_S",
+    "answer_every_launch",
     "judge_point",
     "launch_probes",
     "measure_probed",
@@ -72,6 +73,21 @@ def probe_launch(run: PerfRun, config: str, workload: Workload) -> ProbeSet | No
             outputs=outputs,
         )
         return run.probes[key]
+
+
+def answer_every_launch(run: PerfRun, config: str, workload: Workload) -> None:
+    """Have each launch of ``config`` answer this workload's probes before a fresh launch
+    replaces it (``PerfRun.before_relaunch``: the sequential loop's, ``repeat``'s and re-runs'
+    launches alike): each launch that answered is one more the permutation test can relabel
+    (``verdicts/consistency.py``); one launch against a baseline's three is weak evidence."""
+
+    def ask() -> None:
+        try:
+            probe_launch(run, config, workload)
+        except (ProbeError, PointError):
+            pass  # a launch that cannot answer: judging the point says so (judge_point)
+
+    run.before_relaunch[(config, "probes", *_kind(run, workload))] = ask
 
 
 def launch_probes(run: PerfRun, config: str, workload: Workload) -> list[ProbeSet]:

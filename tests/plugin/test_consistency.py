@@ -159,6 +159,13 @@ def _launches(pytester: pytest.Pytester) -> int:
     return len({lv["launch"] for lv in levels if lv.get("launch")})
 
 
+def _consistency(pytester: pytest.Pytester) -> dict:
+    """The point's consistency as the last session's results.json keeps it."""
+    results = json.loads((pytester.path / "out" / "results.json").read_text())
+    (check,) = [c for c in results["checks"] if c["kind"] == "point"]
+    return check["consistency"]
+
+
 def test_baseline_probes_pass_unchanged_and_fail_a_changed_share(
     pytester: pytest.Pytester,
 ) -> None:
@@ -170,6 +177,10 @@ def test_baseline_probes_pass_unchanged_and_fail_a_changed_share(
     recorded = len(_record(pytester, "--sim-nondeterminism 0.02", *probes, probes=64)["probes"])
     same = _point(pytester, "--sim-nondeterminism 0.02", *probes)
     same.assert_outcomes(passed=1)
+    # results.json keeps the point's consistency, passed or not
+    kept = _consistency(pytester)
+    assert kept["verdict"] == "pass" and kept["compared"] == 64, kept
+    assert f"({recorded} vs {_launches(pytester)} launches;" in kept["message"]
 
     # A tolerance no launch can decide keeps the sequential loop adding launches (to 3): each
     # of them answers the probes, not only the one live when the point is judged.
@@ -193,6 +204,8 @@ def test_baseline_probes_pass_unchanged_and_fail_a_changed_share(
     # every launch of the run answered, the sequential loop's added ones too
     assert int(msg.group(2)) == recorded
     assert int(msg.group(3)) == _launches(pytester), out[-3000:]
+    kept = _consistency(pytester)
+    assert kept["verdict"] == "fail" and kept["differing"] == int(msg.group(1)), kept
 
     # Fixed repeats (and their re-runs) in fresh launches: each answers too.
     pytester.makefile(".toml", llmperf=POINT_SUITE + "sequential = false\nrepeat = 2\n")
