@@ -47,6 +47,7 @@ from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry,
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
 from pytest_llmperf.verdicts.baseline import (
+    BaselineFileError,
     BaselineStore,
     EntryKey,
     Provenance,
@@ -288,14 +289,13 @@ class PointCheck:
         return self.comparison
 
     def _every_launch_answers(self) -> None:
-        """Each launch answers the probes before a fresh one replaces it (``probing``), when
-        the entry has answers to judge them against or this run records them."""
-        if self.run.options.probes > 0 and (self.update or self._entry_has_probes()):
+        """Each launch answers the probes before the next replaces it, where they count."""
+        try:
+            entry = None if self.update else self.store.get(self.key, mark_used=False)
+        except BaselineFileError:
+            return  # judging the point fails naming the file and field
+        if self.run.options.probes > 0 and (self.update or (entry and entry.probes is not None)):
             answer_every_launch(self.run, self.config, self.workload)
-
-    def _entry_has_probes(self) -> bool:
-        entry = self.store.get(self.key, mark_used=False)
-        return entry is not None and entry.probes is not None
 
     @property
     def result(self) -> LevelResult:
