@@ -37,12 +37,7 @@ from pytest_llmperf.run.busy import (
 from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.passes import AUTO, Passes, recorded_ratio
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.probing import (
-    answer_every_launch,
-    judge_point,
-    launch_probes,
-    measure_probed,
-)
+from pytest_llmperf.run.probing import answer_every_launch, judge_point, launch_probes
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
@@ -207,10 +202,8 @@ class PointCheck:
             self.run.ensure_launches(self.config, self.workload, self.levels, n, self.passes, ratio)
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
-        if self.update and self.run.options.probes > 0:  # each recording launch answers them
-            measure_probed(self.run, self.config, self.workload, self.concurrency, n)
-        else:
-            self.run.ensure(self.config, self.workload, self.concurrency, n, independent=n > 1)
+        # each recording launch answers the probes (``_every_launch_answers``)
+        self.run.ensure(self.config, self.workload, self.concurrency, n, independent=n > 1)
         self.samples = settle(self.run, self.config, self.workload, self.concurrency, n,
                               self.max_reruns, self.policy)  # fmt: skip
         if self.update:

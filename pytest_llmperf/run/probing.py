@@ -20,7 +20,6 @@ __all__ = [
     "answer_every_launch",
     "judge_point",
     "launch_probes",
-    "measure_probed",
     "probe_launch",
     "probed",
 ]
@@ -107,21 +106,6 @@ def probed(run: PerfRun, config: str, workload: Workload) -> list[ProbeSet]:
     if run.servers.live_launch(config) is not None or not launch_probes(run, config, workload):
         probe_launch(run, config, workload)
     return launch_probes(run, config, workload)
-
-
-def measure_probed(run: PerfRun, config: str, workload: Workload, concurrency: int, n: int) -> None:
-    """Recording: at least ``n`` samples of the point, each after the first from a fresh
-    launch (where ``relaunch`` allows), every launch answering the probes while it is up."""
-    for _ in range(n + 1):  # bounded: each pass adds a sample, or the probes of the last one
-        have = len(run.samples(config, workload, concurrency))
-        if have:
-            try:
-                probe_launch(run, config, workload)
-            except (ProbeError, PointError):
-                pass  # a launch that cannot answer: judging the point says so (judge_point)
-        if have >= n:
-            return
-        run.measure(config, workload, concurrency, fresh_launch=have > 0)
 
 
 def judge_point(
