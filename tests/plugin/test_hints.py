@@ -40,6 +40,9 @@ args = []
 
 [sweep]
 levels = [1]
+# only the metric whose baseline is widened: TTFT in milliseconds on a box the rest of the
+# suite keeps busy moved 24 % between the two runs once and failed the point on its own
+metrics = ["output_throughput"]
 """
 
 
