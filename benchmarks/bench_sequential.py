@@ -32,8 +32,12 @@ launch ids in results.json) and wall time per run, and ``wall + launches x 300 s
 a run where each launch costs 300 s (a big model's load). That cost is virtual: added by
 arithmetic, the simulator does not wait for it.
 
-``--engine sglang`` runs the unchanged case on the real SGLang server on this CPU instead
+``--engine sglang`` runs on the real SGLang server on this CPU instead
 (``LLMPERF_SGLANG_PYTHON``; levels 1, 2, 4 of 32 in / 16 out), with the noise this box gives.
+Its cases are ``unchanged`` and ``cap3``: the judged runs launch the server with
+``--max-running-requests 3`` (the cap speculative decoding brings, on a small scale), so at C=4
+one request of four waits while C=1 and C=2 are untouched; caught exactly means only C=4
+failed. The drop it makes is whatever this CPU gives, printed per run from the fail message.
 
     python benchmarks/bench_sequential.py --runs 3
     LLMPERF_SGLANG_PYTHON=.../venv/bin/python python benchmarks/bench_sequential.py \
@@ -68,8 +72,7 @@ metrics = ["output_throughput"]
 {lines}
 """
 # ``--engine sglang``: the real SGLang server on this CPU (LLMPERF_SGLANG_PYTHON, its model32k
-# next to the venv), at levels 1, 2, 4 of 32 in / 16 out; only the unchanged case, as no knob
-# slows one level of a real server by a known amount.
+# next to the venv), at levels 1, 2, 4 of 32 in / 16 out. A case adds server flags ({extra}).
 SUITE_REAL = """
 [[server]]
 name = "plain"
@@ -78,7 +81,7 @@ python = {python}
 env = {{ SGLANG_USE_CPU_ENGINE = "1" }}
 args = ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend",
         "pytorch", "--disable-cuda-graph", "--max-total-tokens", "65536", "--sleep-on-idle",
-        "--enable-metrics"]
+        "--enable-metrics"{extra}]
 launch_timeout_s = 300
 
 [sweep]
@@ -93,6 +96,8 @@ PROCEDURES = {
     "after": ["sequential = true", 'adjust = "auto"'],
 }
 LAUNCH_COST_S = 300.0
+# ``--engine sglang``'s cases: server flags the judged runs add to the recorded ones
+FLAGS = {"cap3": ', "--max-running-requests", "3"'}
 
 
 def pytest_run(target: Path, base: Path, out: Path, sim: str | None, *, update: bool) -> dict:
@@ -113,17 +118,20 @@ def pytest_run(target: Path, base: Path, out: Path, sim: str | None, *, update: 
     results = json.loads(path.read_text()) if path.exists() else None
     verdicts: dict[int, str] = {}
     launches: set[str] = set()
+    said = ""
     if results is not None:
         for check in results.get("checks", []):
             if check["kind"] == "point":
                 verdicts[check["concurrency"]] = check["verdict"]
+                if check["concurrency"] == SLOW and check["verdict"] == "fail":
+                    said = check["green_means"]
         for sweep in results["sweeps"]:
             levels = list(sweep["levels"])
             for reps in sweep.get("repeats", {}).values():
                 levels += reps
             launches |= {lv["launch"] for lv in levels if lv.get("launch")}
     return {"verdicts": verdicts, "launches": len(launches), "wall": wall, "rc": proc.returncode,
-            "tail": proc.stdout[-3000:]}  # fmt: skip
+            "tail": proc.stdout[-3000:], "said": said}  # fmt: skip
 
 
 def recorded_passes(base: Path) -> set[int]:
@@ -164,11 +172,14 @@ def main() -> None:
         if not python:
             raise SystemExit("--engine sglang needs LLMPERF_SGLANG_PYTHON (sglang-cpu.sh's venv)")
         model = str(Path(python).parent.parent.parent / "model32k")
-        LEVELS, SLOW = (1, 2, 4), 0
+        LEVELS, SLOW = (1, 2, 4), 4
         SUITE = SUITE_REAL.replace("{model}", json.dumps(model)).replace(
             "{python}", json.dumps(python)
         )
-        args.cases = "unchanged"
+        if args.cases == ap.get_default("cases"):
+            args.cases = "unchanged,cap3"
+        if not set(args.cases.split(",")) <= {"unchanged", "cap3"}:
+            raise SystemExit("--engine sglang has the cases unchanged and cap3")
     passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
     if passes != "1":
         for lines in PROCEDURES.values():
@@ -192,7 +203,7 @@ def main() -> None:
             "def test_sweep(llmperf_point):\n    llmperf_point.assert_baseline()\n"
         )
         suite = target / "llmperf.toml"
-        suite.write_text(SUITE.format(lines="\n".join(PROCEDURES["after"])))
+        suite.write_text(SUITE.format(lines="\n".join(PROCEDURES["after"]), extra=""))
         rec = pytest_run(target, base, root / "rec", cases["unchanged"], update=True)
         print(f"baseline recorded in {rec['wall']:.0f} s, {rec['launches']} launches "
               f"(exit {rec['rc']})", flush=True)  # fmt: skip
@@ -201,8 +212,10 @@ def main() -> None:
             raise SystemExit(1)
         print(f"  passes a launch recorded: {sorted(recorded_passes(base))}", flush=True)
         for proc in args.procedures.split(","):
-            suite.write_text(SUITE.format(lines="\n".join(PROCEDURES[proc])))
             for label in args.cases.split(","):
+                suite.write_text(
+                    SUITE.format(lines="\n".join(PROCEDURES[proc]), extra=FLAGS.get(label, ""))
+                )
                 runs = []
                 for i in range(args.runs):
                     r = pytest_run(target, base, root / f"{proc}-{label}-{i}", cases[label],
@@ -210,6 +223,8 @@ def main() -> None:
                     runs.append(r)
                     print(f"  {proc} {label} run {i + 1}: {r['wall']:.0f} s, {r['launches']} "
                           f"launches, {r['verdicts']}", flush=True)  # fmt: skip
+                    if r["said"]:
+                        print(f"    C={SLOW}: {r['said']}", flush=True)
                     if args.verbose and (r["rc"] not in (0, 1) or len(r["verdicts"]) < 3):
                         print(r["tail"], flush=True)
                 rows.append((proc, label, runs))

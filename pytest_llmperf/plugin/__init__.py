@@ -121,6 +121,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from pytest_llmperf.plugin.collection import select_baselines
 
     select_baselines(_session(session.config), session.items, is_worker)
+    if not is_worker:
+        from pytest_llmperf.plugin.timing import replan
+
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = replan(_session(session.config), session.items)
+        if reporter is not None:
+            for line in lines:
+                reporter.write_line(line)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

@@ -65,6 +65,8 @@ class LLMPerfSession:
     # What a kind collects that no shared table holds (A/B's points), by kind name.
     kind_results: dict[str, list[Any]] = field(default_factory=dict)
     plan: Plan | None = None  # the header's prediction of launches and time
+    # what the header's prediction was made from, to make it again for the selected tests
+    plan_from: tuple[Any, ...] | None = None
     spent: dict[str, ConfigSpent] = field(default_factory=dict)  # config -> what it took
 
     @classmethod

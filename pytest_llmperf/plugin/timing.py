@@ -8,8 +8,12 @@ kept in results.json (``took``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
+from pytest_llmperf.plugin.kinds import item_kind
 from pytest_llmperf.run.ab import round_order
 from pytest_llmperf.run.ab_rounds import round_budget
 from pytest_llmperf.run.plan_time import ab_plan, launch_budget, plan, planned_launches
@@ -25,9 +29,19 @@ _WHERE = "the command line, environment, ini or [sweep]"
 
 
 def plan_lines(
-    llm: LLMPerfSession, suite: Suite, run: PerfRun, levels: Any, workload: Workload
+    llm: LLMPerfSession,
+    suite: Suite,
+    run: PerfRun,
+    levels: Any,
+    workload: Workload,
+    selected: Selected | None = None,
 ) -> list[str]:
-    """``llmperf: plan: 2 servers × 1-9 launches, about 1.2-6.5 min (...)``."""
+    """``llmperf: plan: 2 servers × 1-9 launches, about 1.2-6.5 min (...)``.
+
+    Said in the header, before collection, for every server and ``[[ab]]`` of the suite;
+    ``selected``: only the configs whose sweeps and the ``[[ab]]`` labels the collected tests
+    measure (``replan``)."""
+    llm.plan_from = (suite, run, levels, workload)
 
     def get(name: str) -> Any:
         return llm.effective(suite, {}, name, _WHERE)
@@ -55,6 +69,8 @@ def plan_lines(
 
     configs = []
     for cfg in suite.servers:
+        if selected is not None and cfg.name not in selected.swept:
+            continue
         try:
             configs.append(
                 (cfg.name, run.hardware_for(cfg.name), run.mode_for(cfg.name) != "attached")
@@ -66,6 +82,8 @@ def plan_lines(
     record_passes = get("baseline_passes") if update and adjusting else None
     abs_ = []
     for spec in suite.ab:
+        if selected is not None and spec.label not in selected.ab:
+            continue
         # as run/ab.py runs them: up to the budget (sequential), else exactly that many
         most = round_budget(spec.rounds, get("sequential"), get("launch_budget"))
         fewest = 2 if get("sequential") else most
@@ -80,6 +98,45 @@ def plan_lines(
         configs, llm.store, workload, levels, budget, reruns, samples, record_passes, abs_
     )
     return [f"llmperf: {llm.plan.line()}"]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """What the collected tests of the header's suite measure: the configs whose sweeps a
+    point, gate, crossover or SLO test reads, and the ``[[ab]]`` labels."""
+
+    swept: frozenset[str]
+    ab: frozenset[str]
+
+
+def replan(llm: LLMPerfSession, items: list[pytest.Item]) -> list[str]:
+    """The header's prediction made again for the collected tests, when they measure less
+    than the whole suite (a server only an ``[[ab]]`` uses launches no sweep; ``-k``); no
+    line when nothing changed. Under xdist the controller collects nothing and the header's
+    prediction stands."""
+    if llm.plan_from is None or llm.plan is None or not items:
+        return []
+    suite, run, levels, workload = llm.plan_from
+    if suite.path is None:
+        return []
+    swept: set[str] = set()
+    ab: set[str] = set()
+    for item in items:
+        found = item_kind(item)
+        if found is None or found[1].suite_path != suite.path.resolve():
+            continue
+        kind, param = found
+        if kind.name == "ab":
+            ab.add(suite.ab[param.index].label)
+        else:
+            swept.update(kind.configs(suite, param))
+    before = llm.plan
+    lines = plan_lines(llm, suite, run, levels, workload, Selected(frozenset(swept), frozenset(ab)))
+    if llm.plan == before:
+        return []
+    n = len(items)
+    return [line.replace("llmperf: plan:", f"llmperf: plan for the {n} collected test"
+                         f"{'s' if n != 1 else ''}:", 1) for line in lines]  # fmt: skip
 
 
 def took(llm: LLMPerfSession) -> dict[str, Took]:

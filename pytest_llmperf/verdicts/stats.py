@@ -487,9 +487,7 @@ def _sequential(
             more = k - cur.launches
             dof_k = dof + more if prior_dof is not None else pooled_dof(trial, base)
             crit = later.critical(dof_k) if worse else later.critical_pass(dof_k)
-            var = sigma**2 * (1 / k + 1 / max(base.launches, 1))
-            var += (cur.within_se or 0.0) ** 2 + (base.within_se or 0.0) ** 2
-            if crit * math.sqrt(var) < target:
+            if crit * _se(sigma, trial, base) < target:
                 needed = k
                 break
     return Decision(

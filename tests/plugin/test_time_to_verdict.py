@@ -69,3 +69,58 @@ def test_the_header_predicts_and_the_summary_says_what_it_took(
     assert spent["seconds"] > 0
     assert float(took.group(2)) == pytest.approx(spent["seconds"] / 60, abs=0.06)
     assert_no_servers_left(pytester.path)
+
+
+AB_AND_SWEEP = """
+[[server]]
+name = "old"
+model = "sim/qwen-moe"
+
+[[server]]
+name = "new"
+model = "sim/qwen-moe"
+
+[sweep]
+levels = [1, 4]
+sequential = false
+max_reruns = 1
+
+[[ab]]
+candidate = "new"
+reference = "old"
+rounds = 4
+"""
+AB_TEST = "def test_ab(llmperf_ab):\n    llmperf_ab.check()\n"
+
+
+def test_the_plan_is_made_again_for_the_collected_tests(pytester: pytest.Pytester) -> None:
+    """The header's plan counts every server's sweep; tests that only run the ``[[ab]]`` (or
+    a ``-k`` that keeps one server's points) launch less, and the line after collection says
+    how much less. Nothing is launched: ``--collect-only``."""
+    pytester.makefile(".toml", llmperf=light(AB_AND_SWEEP))
+    pytester.makepyfile(test_ab=AB_TEST)
+    only_ab = run(pytester, "--collect-only")
+    header = [line for line in only_ab.outlines if line.startswith("llmperf: plan: ")]
+    assert len(header) == 1 and header[0].startswith("llmperf: plan: 2 servers × 1-3 launches")
+    assert " + A/B new-vs-old 4 rounds of 2 launches" in header[0]
+    (again,) = [line for line in only_ab.outlines if "plan for the" in line]
+    assert again.startswith(
+        "llmperf: plan for the 2 collected tests: 0 servers × 0 launches + A/B new-vs-old 4 "
+        "rounds of 2 launches"
+    )
+    # the collected tests' minutes are below the header's: no sweep launches
+    minutes = [re.search(r"about ([\d.]+)-([\d.]+) min", line) for line in (header[0], again)]
+    assert all(m is not None for m in minutes)
+    (h_lo, h_hi), (a_lo, a_hi) = (tuple(map(float, m.group(1, 2))) for m in minutes if m)
+    assert a_lo < h_lo and a_hi < h_hi
+
+    pytester.makepyfile(test_ab=SWEEP_TEST)
+    one_server = run(pytester, "--collect-only", "-k", "old")
+    (again,) = [line for line in one_server.outlines if "plan for the" in line]
+    assert again.startswith("llmperf: plan for the 2 collected tests: 1 server × 1-3 launches,")
+    assert "A/B" not in again
+    # everything collected: the header's plan stands, no second line
+    pytester.makepyfile(test_ab=SWEEP_TEST + "\n\n" + AB_TEST)
+    everything = run(pytester, "--collect-only")
+    assert "collected 6 items" in everything.stdout.str()
+    assert not [line for line in everything.outlines if "plan for the" in line]
