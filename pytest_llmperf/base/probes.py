@@ -60,3 +60,15 @@ class ProbeSet(BaseModel):
             other.unit,
             len(other.outputs),
         )
+
+
+class LaunchProbes(BaseModel):
+    """One launch's answers as results.json keeps them, so that ``llmperf calibrate --record``
+    (entries written from results files) stores them as a recording session would."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: str
+    launch: str | None  # the launch id its levels carry (``LevelResult.launch``)
+    backend: str  # the workload's backend it was asked through
+    answers: ProbeSet

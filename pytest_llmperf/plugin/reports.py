@@ -249,7 +249,9 @@ def _write_results(llm: LLMPerfSession, out: Path) -> None:
         name = "results.json" if i == 0 else f"results-{hw}.json"
         checks = [j for j in llm.checks if llm.safe_hardware(j.config) == hw]
         mine = {c: t for c, t in took(llm).items() if llm.safe_hardware(c) == hw}
-        save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks, took=mine), out / name)
+        probes = [p for p in llm.probes if llm.safe_hardware(p.config) == hw]
+        save_run(RunFile(hardware=hw, sweeps=sweeps, checks=checks, took=mine, probes=probes),
+                 out / name)  # fmt: skip
 
 
 def _write_plots(llm: LLMPerfSession, directory: Path) -> None:

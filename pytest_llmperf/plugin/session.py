@@ -20,6 +20,7 @@ from pytest_llmperf.plugin.options import SettingSources, progress_printer, reso
 from pytest_llmperf.run.settings import WORKLOAD_FIELDS, Resolved, SettingError
 
 if TYPE_CHECKING:
+    from pytest_llmperf.base.probes import LaunchProbes
     from pytest_llmperf.base.results import SweepResult, Workload
     from pytest_llmperf.report.results_file import Judgement
     from pytest_llmperf.run.busy import BusyPoint
@@ -68,6 +69,7 @@ class LLMPerfSession:
     # what the header's prediction was made from, to make it again for the selected tests
     plan_from: tuple[Any, ...] | None = None
     spent: dict[str, ConfigSpent] = field(default_factory=dict)  # config -> what it took
+    probes: list[LaunchProbes] = field(default_factory=list)  # each launch's probe answers
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> LLMPerfSession:
@@ -225,6 +227,9 @@ class LLMPerfSession:
             self.sweeps = self.run.all_sweeps()
             self.unmeasured.update(self.run.unmeasured())
             self.spent.update(self.run.spent)
+            from pytest_llmperf.run.probing import answered
+
+            self.probes = answered(self.run)
             self.hardware = {s.config: self.safe_hardware(s.config) for s in self.sweeps}
 
 

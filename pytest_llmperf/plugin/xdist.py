@@ -26,6 +26,7 @@ _SESSION_FIELDS = (
     "unmeasured",
     "kind_results",
     "spent",
+    "probes",
 )
 
 

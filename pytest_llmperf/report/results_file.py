@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.datafile import load_model_file
 from pytest_llmperf.base.errors import InputError
+from pytest_llmperf.base.probes import LaunchProbes
 from pytest_llmperf.base.results import SweepResult
 from pytest_llmperf.report.file_kinds import not_a_results_file
 from pytest_llmperf.report.judgement import Judgement, Took
@@ -85,6 +86,8 @@ class RunFile(BaseModel):
     sweeps: list[SweepResult] = Field(default_factory=list)
     checks: list[Judgement] = Field(default_factory=list)
     took: dict[str, Took] = Field(default_factory=dict)  # config -> its launches and time
+    # each launch's greedy probe answers (``llmperf calibrate --record`` stores them)
+    probes: list[LaunchProbes] = Field(default_factory=list)
 
     def sweep(self, config: str, workload_key: str | None = None) -> SweepResult | None:
         mine = (s for s in self.sweeps if s.config == config)
@@ -144,6 +147,7 @@ def merge(paths: Sequence[str | os.PathLike[str]]) -> RunFile:
         seen = {(j.kind, j.nodeid) for j in merged.checks}
         merged.checks.extend(j for j in run.checks if (j.kind, j.nodeid) not in seen)
         merged.took.update(run.took)
+        merged.probes.extend(p for p in run.probes if p not in merged.probes)
     return merged
 
 

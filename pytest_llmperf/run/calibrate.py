@@ -18,6 +18,7 @@ from pathlib import Path
 from pytest_llmperf.base.errors import LLMPerfError
 from pytest_llmperf.report.results_file import RunFile, load_run
 from pytest_llmperf.run.recording import Recording, git_commit, record_runs
+from pytest_llmperf.run.settings import SETTINGS_BY_NAME
 from pytest_llmperf.run.suite import SUITE_FILE_NAME, Suite, find_suite_file
 from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.calibration import DEFAULT_TARGET, Calibration, calibrate
@@ -56,6 +57,7 @@ def run_suite(
 
 
 SUITE_FLAG = "--llmperf-config"
+PROBE_FLAG = SETTINGS_BY_NAME["probe_every_launch"].cli_flag
 SUITE_ENV = "LLMPERF_CONFIG"
 
 
@@ -142,7 +144,9 @@ def calibrate_suite(
         out = output_dir / f"run-{i + 1}"
         if progress is not None:
             progress(f"calibration run {i + 1}/{runs} -> {out}")
-        results.append(run_suite(pytest_args, out, timeout_s=timeout_s, runner=runner))
+        # a recording keeps each launch's probe answers, as --llmperf-update would
+        args = [*pytest_args, PROBE_FLAG] if record is not None else list(pytest_args)
+        results.append(run_suite(args, out, timeout_s=timeout_s, runner=runner))
     cal = calibrate(
         [[s for f in run for s in f.sweeps] for run in results],
         metrics=metrics,

@@ -287,8 +287,8 @@ class PointCheck:
             entry = None if self.update else self.store.get(self.key, mark_used=False)
         except BaselineFileError:
             return  # judging the point fails naming the file and field
-        if self.run.options.probes > 0 and (self.update or (entry and entry.probes is not None)):
-            answer_every_launch(self.run, self.config, self.workload)
+        held = entry is not None and entry.probes is not None
+        answer_every_launch(self.run, self.config, self.workload, self.update or held)
 
     @property
     def result(self) -> LevelResult:

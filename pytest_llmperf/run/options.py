@@ -40,6 +40,8 @@ class RunOptions:
     nvml_module: str = "pynvml"
     probes: int = 32  # greedy consistency probes per launch (0: none); see run/probing.py
     probe_tokens: int = 16
+    # every launch answers the probes, whether or not an entry holds answers (calibrate --record)
+    probe_every_launch: bool = False
 
     @classmethod
     def from_settings(cls, s: Mapping[str, Any], slo: Slo | None = None) -> RunOptions:
@@ -64,6 +66,7 @@ class RunOptions:
             nvml_module=s["nvml_module"],
             probes=int(s["probes"]),
             probe_tokens=int(s["probe_tokens"]),
+            probe_every_launch=bool(s["probe_every_launch"]),
         )
 
     @classmethod

@@ -8,7 +8,9 @@ each of its launches while it is up, so the entry carries the A/A between them.
 
 from __future__ import annotations
 
-from pytest_llmperf.base.probes import ProbeSet
+import contextlib
+
+from pytest_llmperf.base.probes import LaunchProbes, ProbeSet
 from pytest_llmperf.base.results import Workload
 from pytest_llmperf.core.probes import ProbeError, probe_prompts, run_probes
 from pytest_llmperf.run.perfrun import PerfRun, PointError
@@ -18,6 +20,7 @@ from pytest_llmperf.verdicts.verdict import Verdict
 __all__ = [
     "PROBE_DEADLINE_S",
     "answer_every_launch",
+    "answered",
     "judge_point",
     "launch_probes",
     "probe_launch",
@@ -74,11 +77,15 @@ def probe_launch(run: PerfRun, config: str, workload: Workload) -> ProbeSet | No
         return run.probes[key]
 
 
-def answer_every_launch(run: PerfRun, config: str, workload: Workload) -> None:
+def answer_every_launch(run: PerfRun, config: str, workload: Workload, counted: bool) -> None:
     """Have each launch of ``config`` answer this workload's probes before a fresh launch
     replaces it (``PerfRun.before_relaunch``: the sequential loop's, ``repeat``'s and re-runs'
     launches alike): each launch that answered is one more the permutation test can relabel
-    (``verdicts/consistency.py``); one launch against a baseline's three is weak evidence."""
+    (``verdicts/consistency.py``); one launch against a baseline's three is weak evidence.
+    ``counted``: the answers are judged or recorded by this point; ``probe_every_launch``
+    asks them all the same (results.json keeps them for ``llmperf calibrate --record``)."""
+    if run.options.probes <= 0 or not (counted or run.options.probe_every_launch):
+        return
 
     def ask() -> None:
         try:
@@ -87,6 +94,15 @@ def answer_every_launch(run: PerfRun, config: str, workload: Workload) -> None:
             pass  # a launch that cannot answer: judging the point says so (judge_point)
 
     run.before_relaunch[(config, "probes", *_kind(run, workload))] = ask
+
+
+def answered(run: PerfRun) -> list[LaunchProbes]:
+    """Every launch's answers this session, for results.json (one per launch and kind)."""
+    return [
+        LaunchProbes(config=c, launch=launch, backend=k[-1], answers=s)
+        for (c, launch, *k), s in run.probes.items()
+        if isinstance(s, ProbeSet)
+    ]
 
 
 def launch_probes(run: PerfRun, config: str, workload: Workload) -> list[ProbeSet]:
@@ -119,7 +135,13 @@ def judge_point(
     """This session's launches of ``config`` against a baseline entry's probe answers (``old``).
     None with probes off, or when the entry has none and this run is not recording (an entry
     recorded before the probes existed is not judged on them until recorded again)."""
-    if run.options.probes <= 0 or (old is None and not update):
+    if run.options.probes <= 0:
+        return None
+    if old is None and not update:
+        if run.options.probe_every_launch:
+            # kept in results.json (``answered``); a launch that cannot answer leaves none there
+            with contextlib.suppress(ProbeError, PointError):
+                probed(run, config, workload)
         return None
     try:
         new = probed(run, config, workload)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from pytest_llmperf.base.metric_defs import METRICS
+from pytest_llmperf.base.probes import ProbeSet
 from pytest_llmperf.base.results import LevelResult, ServerFacts, Workload
 from pytest_llmperf.report.results_file import RunFile
 from pytest_llmperf.report.tables import redact_args
@@ -130,11 +131,17 @@ class Recording:
     flushed: FlushReport
     launches: dict[EntryKey, int] = field(default_factory=dict)  # runs behind each entry
     skipped: list[str] = field(default_factory=list)  # points with no valid sample
+    probes: dict[EntryKey, int] = field(default_factory=dict)  # launches whose answers it kept
 
     def render(self) -> str:
         lines = [f"baselines recorded from the runs: {self.flushed.summary()}"]
         lines += [
-            f"  {k.config} {k.workload} C={k.concurrency}: {n} runs"
+            f"  {k.config} {k.workload} C={k.concurrency}: {n} runs, "
+            + (
+                f"probe answers of {self.probes[k]} launches"
+                if self.probes.get(k)
+                else "no probe answers (probes = 0, or no launch answered them)"
+            )
             for k, n in sorted(self.launches.items())
         ]
         lines += [f"  not recorded: {why}" for why in self.skipped]
@@ -158,11 +165,14 @@ def record_runs(
     points: dict[tuple[str, str, str], dict[int, list[LevelResult]]] = {}
     dropped: dict[tuple[str, str, str, int], int] = {}
     facts: dict[tuple[str, str, str], ServerFacts] = {}
+    answers: dict[tuple[str, str, str], list[ProbeSet]] = {}  # each launch's, run by run
     skipped: list[str] = []
+    probed: dict[EntryKey, int] = {}
     for i, files in enumerate(runs, start=1):
         for run, sweep in ((f, s) for f in files for s in f.sweeps):
             where = (run.hardware, sweep.config, sweep.workload.key())
             facts.setdefault(where, sweep.server)
+            answers.setdefault(where, []).extend(_answers(run, sweep.config, sweep.workload))
             per_level = points.setdefault(where, {})
             for c in sorted({lv.max_concurrency for lv in sweep.levels}):
                 got, left = valid_samples(sweep.samples(c), sweep.workload, None)
@@ -187,13 +197,37 @@ def record_runs(
                 git_commit=git_commit,
                 invalid_left_out=dropped.get((hw, config, wl, c), 0),
             )
+            sets = _comparable(answers.get((hw, config, wl), []))
+            if sets:  # as a recording session stores them: one set per launch that answered
+                entry = entry.model_copy(update={"probes": sets})
+                probed[key] = len(sets)
             store.queue_update(key, entry, provenance(server, hw, git_commit))
-    recording = Recording(flushed=store.flush(delete_unused=False), skipped=skipped)
+    recording = Recording(flushed=store.flush(delete_unused=False), skipped=skipped,
+                          probes=probed)  # fmt: skip
     for key in recording.flushed.created + recording.flushed.updated:
         written = store.get(key, mark_used=False)
         first = next(iter(written.metrics.values()), None) if written is not None else None
         recording.launches[key] = (first.launches or first.n) if first is not None else 0
     return recording
+
+
+def _answers(run: RunFile, config: str, workload: Workload) -> list[ProbeSet]:
+    """The answers ``run``'s launches of ``config`` gave to ``workload``'s probes."""
+    return [
+        p.answers
+        for p in run.probes
+        if p.config == config and p.backend == workload.backend
+        and p.answers.seed == workload.seed
+    ]  # fmt: skip
+
+
+def _comparable(sets: list[ProbeSet]) -> list[ProbeSet]:
+    """The sets that answered the prompts the last run asked (a run with another ``probes``
+    or ``probe_tokens`` asked others, which no later run can be judged against)."""
+    if not sets:
+        return []
+    last = sets[-1]
+    return [s for s in sets if s.same_prompts(last)]
 
 
 def _by_launch(per_level: dict[int, list[LevelResult]]) -> dict[str, dict[int, list[LevelResult]]]:

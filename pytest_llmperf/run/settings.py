@@ -176,6 +176,15 @@ SETTINGS: tuple[Setting, ...] = (
         "old side's own launch-to-launch spread fail (docs/consistency.md; 0 turns them off)",
     ),
     Setting(
+        "probe_every_launch",
+        parse_bool,
+        False,
+        "every launch answers the probes and results.json keeps its answers, also where no "
+        "baseline entry holds any (llmperf calibrate --record gives it to its runs, so the "
+        "entries it writes carry them)",
+        flag=True,
+    ),
+    Setting(
         "probe_tokens",
         parse_positive_int,
         16,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -238,3 +239,34 @@ def test_deterministic_baseline_fails_any_difference(pytester: pytest.Pytester) 
     changed.assert_outcomes(failed=1)
     assert "deterministic inference declared: any difference fails" in out, out[-3000:]
     assert re.search(r"first difference: probe \d+ at token \d+", out)
+
+
+def test_calibrate_record_keeps_each_runs_answers(pytester: pytest.Pytester) -> None:
+    """``llmperf calibrate --record`` writes its entries from results files: each run's launch
+    answers the probes (``probe_every_launch``), results.json keeps the answers, and the
+    entries carry one set per run, so a later run is judged on them as after
+    ``--llmperf-update``."""
+    pytester.makefile(".toml", llmperf=light(POINT_SUITE))
+    pytester.makepyfile(test_p="def test_p(llmperf_point):\n    llmperf_point.check()\n")
+    sim = "--sim-time-scale 5 --sim-nondeterminism 0.02"
+    cal = pytester.run(
+        sys.executable, "-m", "pytest_llmperf.cli", "calibrate", "-n", "3", "--record",
+        "baselines", "--", *FAST, "--llmperf-sim-args", sim, timeout=300,
+    )  # fmt: skip
+    assert cal.ret == 0, cal.stdout.str()[-3000:] + cal.stderr.str()[-3000:]
+    assert re.search(r"srv \S+ C=1: 3 runs, probe answers of 3 launches", cal.stdout.str())
+    run1 = json.loads((pytester.path / "llmperf-calibration" / "run-1" / "results.json")
+                      .read_text())  # fmt: skip
+    (kept,) = run1["probes"]
+    assert kept["config"] == "srv" and len(kept["answers"]["outputs"]) == 32
+    entry = _entry(pytester)
+    assert len(entry["probes"]) == 3
+
+    same = _point(pytester, "--sim-nondeterminism 0.02")
+    same.assert_outcomes(passed=1)
+    judged = _consistency(pytester)
+    assert judged["verdict"] == "pass", judged
+    assert f"(3 vs {_launches(pytester)} launches;" in judged["message"]
+    changed = _point(pytester, "--sim-nondeterminism 0.02 --sim-diverge-share 0.5")
+    changed.assert_outcomes(failed=1)
+    assert _consistency(pytester)["verdict"] == "fail"
