@@ -192,6 +192,7 @@ def main() -> None:
         "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise} --sim-slowdown 9-16:1.362",
         "10": f"{noise} --sim-slowdown 9-16:1.1266",
+        "cap3": None,  # the real server, launched with FLAGS["cap3"]
     }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
