@@ -1,4 +1,4 @@
-"""Workloads end to end on the simulator (real engine model and prefix cache, in-process).
+"""Workloads end to end on the simulator (real engine model and prefix cache).
 
 A dataset file's prompts are counted by the server; a multi-turn level's re-sent history is
 served from the prefix cache at about the expected share, turn by turn.
@@ -17,19 +17,24 @@ from pytest_llmperf.sim.args import parse_args
 from pytest_llmperf.sim.server import SimServer
 from pytest_llmperf.verdicts.validity import check_level
 
-from .conftest import ServerThread, profile_args
+from .conftest import ServerThread, SimProcess, profile_args
 
 SMALL = Path(__file__).resolve().parents[1] / "data" / "sharegpt_small.json"
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[ServerThread]:
-    st = ServerThread(SimServer(parse_args(profile_args()).knobs)).start()
-    yield st
-    st.stop()
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    """Its own process, as a user's server is: a server thread here would share the client's
+    interpreter lock, and the client's loop lag (a validity check) would measure the thread."""
+    proc = SimProcess(profile_args(), tmp_path_factory.mktemp("sim") / "sim.log")
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()
 
 
-def test_a_sharegpt_file_runs_with_prompt_tokens_from_the_server(sim: ServerThread) -> None:
+def test_a_sharegpt_file_runs_with_prompt_tokens_from_the_server(sim: SimProcess) -> None:
     wl = Workload(dataset=str(SMALL), requests_per_level=12, dataset_output_len=16)
     lv = run_level(sim.url, 4, wl, warmup=False, details=True)
     assert lv.completed == 12 and lv.total_output_tokens == 12 * 16
@@ -47,7 +52,7 @@ def _prompts(wl: Workload) -> list[str]:
     return [str(p).split(" ", 1)[1] for p in plan_level(wl, 12).prompts]
 
 
-def test_multi_turn_history_is_served_from_the_prefix_cache(sim: ServerThread) -> None:
+def test_multi_turn_history_is_served_from_the_prefix_cache(sim: SimProcess) -> None:
     wl = Workload(
         kind="multi-turn", turns=4, input_len=128, output_len=16, think_time_s=0.01,
         requests_per_level=8,
