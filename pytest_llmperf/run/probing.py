@@ -99,8 +99,8 @@ def answer_every_launch(run: PerfRun, config: str, workload: Workload, counted: 
 def answered(run: PerfRun) -> list[LaunchProbes]:
     """Every launch's answers this session, for results.json (one per launch and kind)."""
     return [
-        LaunchProbes(config=c, launch=launch, backend=k[-1], answers=s)
-        for (c, launch, *k), s in run.probes.items()
+        LaunchProbes(config=c, launch=launch, backend=backend, answers=s)
+        for (c, launch, _count, _tokens, _seed, backend), s in run.probes.items()
         if isinstance(s, ProbeSet)
     ]
 
