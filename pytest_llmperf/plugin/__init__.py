@@ -121,14 +121,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from pytest_llmperf.plugin.collection import select_baselines
 
     select_baselines(_session(session.config), session.items, is_worker)
-    if not is_worker:
-        from pytest_llmperf.plugin.timing import replan
+    from pytest_llmperf.plugin.timing import measured_by, replan
 
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        lines = replan(_session(session.config), session.items)
-        if reporter is not None:
-            for line in lines:
-                reporter.write_line(line)
+    llm = _session(session.config)
+    chosen = measured_by(llm, session.items)
+    if is_worker:  # the controller makes the plan again from this (plugin/xdist.py)
+        from pytest_llmperf.plugin.xdist import ship_selected
+
+        ship_selected(session.config, chosen)
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = replan(llm, chosen)
+    if reporter is not None:
+        for line in lines:
+            reporter.write_line(line)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

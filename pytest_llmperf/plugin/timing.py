@@ -8,10 +8,10 @@ kept in results.json (``took``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from pytest_llmperf.plugin.kinds import item_kind
 from pytest_llmperf.run.ab import round_order
@@ -67,9 +67,10 @@ def plan_lines(
             adjust=get("adjust"),
         )
 
+    key = str(suite.path.resolve()) if suite.path is not None else ""
     configs = []
     for cfg in suite.servers:
-        if selected is not None and cfg.name not in selected.swept:
+        if selected is not None and (key, cfg.name) not in selected.swept:
             continue
         try:
             configs.append(
@@ -82,7 +83,7 @@ def plan_lines(
     record_passes = get("baseline_passes") if update and adjusting else None
     abs_ = []
     for spec in suite.ab:
-        if selected is not None and spec.label not in selected.ab:
+        if selected is not None and (key, spec.label) not in selected.ab:
             continue
         # as run/ab.py runs them: up to the budget (sequential), else exactly that many
         most = round_budget(spec.rounds, get("sequential"), get("launch_budget"))
@@ -100,41 +101,50 @@ def plan_lines(
     return [f"llmperf: {llm.plan.line()}"]
 
 
-@dataclass(frozen=True)
-class Selected:
-    """What the collected tests of the header's suite measure: the configs whose sweeps a
-    point, gate, crossover or SLO test reads, and the ``[[ab]]`` labels."""
+class Selected(BaseModel):
+    """What the collected tests measure: per suite file (resolved), the configs whose sweeps a
+    point, gate, crossover or SLO test reads, and the ``[[ab]]`` labels. Also the file an
+    xdist worker writes for the controller (``plugin/xdist.py``), which collects nothing."""
 
-    swept: frozenset[str]
-    ab: frozenset[str]
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tests: int
+    swept: frozenset[tuple[str, str]]
+    ab: frozenset[tuple[str, str]]
 
 
-def replan(llm: LLMPerfSession, items: list[pytest.Item]) -> list[str]:
+def measured_by(llm: LLMPerfSession, items: list[pytest.Item]) -> Selected:
+    """What ``items`` measure, as ``Selected``."""
+    swept: set[tuple[str, str]] = set()
+    ab: set[tuple[str, str]] = set()
+    for item in items:
+        found = item_kind(item)
+        if found is None:
+            continue
+        kind, param = found
+        suite = llm.suites[param.suite_path]
+        key = str(param.suite_path)
+        if kind.name == "ab":
+            ab.add((key, suite.ab[param.index].label))
+        else:
+            swept.update((key, name) for name in kind.configs(suite, param))
+    return Selected(tests=len(items), swept=frozenset(swept), ab=frozenset(ab))
+
+
+def replan(llm: LLMPerfSession, chosen: Selected) -> list[str]:
     """The header's prediction made again for the collected tests, when they measure less
     than the whole suite (a server only an ``[[ab]]`` uses launches no sweep; ``-k``); no
-    line when nothing changed. Under xdist the controller collects nothing and the header's
-    prediction stands."""
-    if llm.plan_from is None or llm.plan is None or not items:
+    line when nothing changed or nothing was collected."""
+    if llm.plan_from is None or llm.plan is None or not chosen.tests:
         return []
     suite, run, levels, workload = llm.plan_from
     if suite.path is None:
         return []
-    swept: set[str] = set()
-    ab: set[str] = set()
-    for item in items:
-        found = item_kind(item)
-        if found is None or found[1].suite_path != suite.path.resolve():
-            continue
-        kind, param = found
-        if kind.name == "ab":
-            ab.add(suite.ab[param.index].label)
-        else:
-            swept.update(kind.configs(suite, param))
     before = llm.plan
-    lines = plan_lines(llm, suite, run, levels, workload, Selected(frozenset(swept), frozenset(ab)))
+    lines = plan_lines(llm, suite, run, levels, workload, chosen)
     if llm.plan == before:
         return []
-    n = len(items)
+    n = chosen.tests
     return [line.replace("llmperf: plan:", f"llmperf: plan for the {n} collected test"
                          f"{'s' if n != 1 else ''}:", 1) for line in lines]  # fmt: skip
 

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import base64
 import pickle
+import shutil
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_llmperf.plugin.session import LLMPerfSession
+    from pytest_llmperf.plugin.timing import Selected
 
 PAYLOAD_KEY = "llmperf"
+PLAN_DIR_KEY = "llmperf_plan_dir"  # workerinput: where workers write what they collected
 
 
 # The session's own result fields; each kind adds those it fills (``CheckKind.payload``).
@@ -79,13 +84,59 @@ def merge_payloads(state: LLMPerfSession) -> None:
     state.worker_payloads.clear()
 
 
+def ship_selected(config: Any, chosen: Selected) -> None:
+    """A worker's collected tests, for the controller's plan after collection: through a file
+    in the folder the controller named, since xdist tells the controller only their ids until
+    the worker ends. Written before the worker reports its collection, so it is there when the
+    controller hears of it; absent for a worker on another machine (the header's plan stands)."""
+    where = config.workerinput.get(PLAN_DIR_KEY)
+    if not where:
+        return
+    path = Path(where) / f"{config.workerinput['workerid']}.json"
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(chosen.model_dump_json())
+        tmp.replace(path)
+    except OSError:  # not this machine's folder: the controller finds no file
+        return
+
+
 class XdistHooks:
     """Controller-side hooks that exist only when xdist is installed."""
+
+    def __init__(self) -> None:
+        self._plan_dir: Path | None = None
+        self._replanned = False
 
     def pytest_configure_node(self, node: Any) -> None:
         # Workers re-parse the command line, which does not say loadgroup; tell them, so they
         # tag each test id with its server group and the scheduler keeps a group on one worker.
         node.workerinput["llmperf_loadgroup"] = node.config.getvalue("dist") == "loadgroup"
+        if self._plan_dir is None:
+            self._plan_dir = Path(tempfile.mkdtemp(prefix="llmperf-plan-"))
+        node.workerinput[PLAN_DIR_KEY] = str(self._plan_dir)
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        """The plan for the collected tests, from the first worker that wrote what its tests
+        measure (every worker collects the same tests)."""
+        if self._replanned or self._plan_dir is None:
+            return
+        path = self._plan_dir / f"{node.workerinput['workerid']}.json"
+        if not path.is_file():
+            return
+        from pytest_llmperf.plugin.session import SESSION
+        from pytest_llmperf.plugin.timing import Selected, replan
+
+        self._replanned = True
+        lines = replan(node.config.stash[SESSION], Selected.model_validate_json(path.read_text()))
+        reporter = node.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            for line in lines:
+                reporter.write_line(line)
+
+    def pytest_unconfigure(self, config: Any) -> None:
+        if self._plan_dir is not None:
+            shutil.rmtree(self._plan_dir, ignore_errors=True)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         from pytest_llmperf.plugin.session import SESSION

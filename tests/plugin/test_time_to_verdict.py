@@ -124,3 +124,27 @@ def test_the_plan_is_made_again_for_the_collected_tests(pytester: pytest.Pyteste
     everything = run(pytester, "--collect-only")
     assert "collected 6 items" in everything.stdout.str()
     assert not [line for line in everything.outlines if "plan for the" in line]
+
+
+def test_under_xdist_the_plan_is_made_again_from_a_workers_collection(
+    pytester: pytest.Pytester,
+) -> None:
+    """The controller collects nothing; the first worker's collected tests are what the second
+    line plans for (``-k test_ab``: the A/B alone, no sweep), as without xdist."""
+    pytester.makefile(".toml", llmperf=light(AB_AND_SWEEP))
+    pytester.makepyfile(test_perf=SWEEP_TEST + "\n\n" + AB_TEST)
+    result = run(pytester, "-n", "2", "-k", "test_ab")
+    header = [line for line in result.outlines if line.startswith("llmperf: plan: ")]
+    assert len(header) == 1 and header[0].startswith("llmperf: plan: 2 servers × 1-3 launches")
+    again = [line for line in result.outlines if "plan for the" in line]
+    assert len(again) == 1, again
+    assert again[0].startswith(
+        "llmperf: plan for the 2 collected tests: 0 servers × 0 launches + A/B new-vs-old 4 "
+        "rounds of 2 launches"
+    )
+    # what the A/B took is set against the second plan, not the header's (its verdicts are
+    # this box's noise, not what this test is about)
+    took = TOOK.search(result.stdout.str())
+    assert took is not None, result.stdout.str()[-3000:]
+    assert took.group(3, 4) == re.search(r"about ([\d.]+)-([\d.]+) min", again[0]).group(1, 2)
+    assert_no_servers_left(pytester.path)
