@@ -115,8 +115,12 @@ def pytest_collection_modifyitems(
     order_items(_session(config), config, items)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Tell the baseline store what was selected, so only those entries can be 'unused'."""
+    """Tell the baseline store what was selected, so only those entries can be 'unused'.
+
+    First: an xdist worker reports its collection to the controller in this hook, and what
+    ``ship_selected`` writes must be there when the controller hears of it."""
     is_worker = hasattr(session.config, "workerinput")
     from pytest_llmperf.plugin.collection import select_baselines
 
