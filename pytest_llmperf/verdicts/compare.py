@@ -166,6 +166,8 @@ class MetricComparison:
     verdict: Verdict
     message: str
     adjusted: bool = False  # the decision is on launch-adjusted residuals (launch_adjust)
+    # the change with each launch's speed removed, when the residuals were judged
+    adjusted_change: float | None = None
 
     @property
     def change(self) -> float:
@@ -327,7 +329,12 @@ def with_launch_adjustment(
         msg += "; " + "; ".join(why)
     decision = adj if verdict != Verdict.FAIL or adj.outcome == Verdict.FAIL else mc.decision
     return dataclasses.replace(
-        mc, decision=decision, verdict=verdict, message=msg, adjusted=decision is adj
+        mc,
+        decision=decision,
+        verdict=verdict,
+        message=msg,
+        adjusted=decision is adj,
+        adjusted_change=ch,
     )
 
 

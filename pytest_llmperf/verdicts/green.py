@@ -49,6 +49,17 @@ def _metric_mde(m: MetricComparison) -> str:
     return f"{_pct(m.decision.mde)} in {m.metric}" + (" (launch-adjusted)" if m.adjusted else "")
 
 
+def _change(m: MetricComparison) -> str:
+    """The change the verdict rests on: with each launch's speed removed when the decision was
+    launch-adjusted (the plain change beside it, as it can differ by the launch's speed)."""
+    if m.adjusted and m.adjusted_change is not None:
+        return (
+            f"{m.metric} {100 * m.adjusted_change:+.1f} % launch-adjusted, "
+            f"{100 * m.change:+.1f} % plain"
+        )
+    return f"{m.metric} {100 * m.change:+.1f} %"
+
+
 def green_means(point: PointComparison) -> str:
     """One sentence: "pass: no regression larger than 18 % in output_throughput at C=64 (n=3
     launches)"; "inconclusive at C=64 (...): the change (...) is within the noise; this run
@@ -65,16 +76,14 @@ def green_means(point: PointComparison) -> str:
         return f"pass: no regression larger than {parts} {where}{n}"
     if point.verdict == Verdict.INCONCLUSIVE:
         open_ = [m for m in judged if m.verdict == Verdict.INCONCLUSIVE] or judged
-        changes = ", ".join(f"{m.metric} {100 * m.change:+.1f} %" for m in open_)
+        changes = "; ".join(_change(m) for m in open_)
         catch = ", ".join(_metric_mde(m) for m in open_)
         return (
             f"inconclusive {where}{n}: the change ({changes}) is within the noise; this run could "
             f"only have caught a regression larger than {catch}"
         )
     if point.verdict == Verdict.FAIL:
-        bad = ", ".join(
-            f"{m.metric} {100 * m.change:+.1f} %" for m in judged if m.verdict == Verdict.FAIL
-        )
+        bad = "; ".join(_change(m) for m in judged if m.verdict == Verdict.FAIL)
         return f"fail {where}{n}: a regression beyond tolerance and noise ({bad})"
     if point.verdict == Verdict.INVALID:
         return f"invalid {where}: not a measurement of speed, no verdict"
