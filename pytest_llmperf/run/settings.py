@@ -496,9 +496,10 @@ def resolve_from(
         return Resolved(_parse(setting, env[setting.env_var], where), "env")
     if setting.ini and ini not in (None, "", []):
         return Resolved(_parse(setting, ini, f"{ini_source} option {setting.ini_key}"), "ini")
-    if setting.suite and suite and suite.get(name) is not None:
-        where = f"{suite_source}: [sweep] {name}"
-        return Resolved(_parse(setting, suite[name], where), "suite")
+    # ``suite``: a mapping or the suite's ``SweepSection``, which has ``get`` but no ``[]``
+    value = suite.get(name) if setting.suite and suite else None
+    if value is not None:
+        return Resolved(_parse(setting, value, f"{suite_source}: [sweep] {name}"), "suite")
     return Resolved(setting.default, "default")
 
 

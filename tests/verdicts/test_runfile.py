@@ -265,6 +265,15 @@ def test_compare_reads_tolerance_metrics_and_crossover_from_the_suite_file(
     assert "is a suite file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("adjust", ["none", "launch", "auto"])
+def test_compare_reads_the_suite_files_adjust(tmp_path: Path, adjust: str) -> None:
+    """A suite that sets ``[sweep] adjust`` (bench_sequential's, real SGLang's) gave
+    ``llmperf compare --gates llmperf.toml`` a TypeError traceback."""
+    suite = tmp_path / "llmperf.toml"
+    suite.write_text(SUITE.replace("[sweep]\n", f'[sweep]\nadjust = "{adjust}"\n'))
+    assert compare_settings(suite).adjust == adjust
+
+
 def test_crossover_verdicts() -> None:
     entry = BaselineEntry(
         metrics={"crossover_concurrency": summarize("crossover_concurrency", [32.0])}
