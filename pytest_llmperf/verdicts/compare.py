@@ -32,6 +32,7 @@ from pytest_llmperf.verdicts.launch_adjust import (
     current_residuals,
     decide_adjusted,
     launches_of,
+    moved_together,
     pooled_residual_noise,
     prefer_adjusted,
 )
@@ -420,8 +421,12 @@ def compare_point(
         have = bool(adjusted and adjusted.get(name)) and res is not None
         ratio: float | None = None
         adjusting = have
+        moved: float | None = None
         if have and adjust == "auto":
             adjusting, ratio = prefer_adjusted(summary)
+            if not adjusting and adjusted is not None:
+                moved = moved_together(values, summary, adjusted[name], tol)
+                adjusting = moved is not None
         plain_look = None
         if looks is not None:
             k = launch_count([lv.launch for _, lv in got], len(values))
@@ -448,7 +453,13 @@ def compare_point(
             if looks is not None:
                 adj_look = Look(len(adjusted[name]), looks).share(1 - BACKSTOP_SHARE)
             reason = ""
-            if ratio is not None:
+            if moved is not None:
+                reason = (
+                    f" (every level of this run moved {100 * moved:+.0f} % together, beyond "
+                    "the launch noise the baseline recorded: the plain comparison would "
+                    "measure that move, not the level)"
+                )
+            elif ratio is not None:
                 reason = (
                     f" (the launch's shared speed removed, as its noise is {ratio:.1f}x the "
                     "within-launch noise)"

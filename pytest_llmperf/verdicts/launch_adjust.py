@@ -58,6 +58,7 @@ __all__ = [
     "pool_within",
     "pooled_residual_noise",
     "prefer_adjusted",
+    "moved_together",
     "summarize_passes",
     "summarize_residuals",
 ]
@@ -370,6 +371,37 @@ def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:
     se_adj = res.sd * math.sqrt(1 + 1 / res.n)
     ratio = sigma_l / res.sd if res.sd > 0 else math.inf
     return se_adj < se_plain, ratio
+
+
+# How far beyond the plain comparison's standard error a run's shared speed must be before
+# the recorded launch noise is taken not to describe the run's launches.
+MOVED_Z = 3.0
+
+
+def moved_together(
+    values: Sequence[float], summary: MetricSummary, residuals: Sequence[float], tolerance: float
+) -> float | None:
+    """The run's shared speed against the recording's (a relative change), when it is beyond
+    both the tolerance and ``MOVED_Z`` standard errors of the plain comparison; else None.
+
+    ``prefer_adjusted`` predicts each comparison's noise from the recording; a recording made
+    in one sitting cannot know how far a later sitting's box or launches move every level
+    together. When this run's levels moved together that far, the plain comparison measures
+    that move, not the level (real SGLang on a CPU ran 2.1x faster than its recording of the
+    day before, and a capped C=4, 21 % below its neighbours, was +70 %: a pass). The shared
+    speed is what the residuals removed: the level's plain log change less its residual's."""
+    res = summary.launch_residual
+    if res is None or not values or not residuals or summary.mean <= 0:
+        return None
+    mean = statistics.fmean(values)
+    if mean <= 0:
+        return None
+    shift = math.log(mean / summary.mean) - (statistics.fmean(residuals) - res.mean)
+    k_b = summary.launches if summary.launches is not None else summary.n
+    sigma_l = summary.std / summary.mean
+    se = sigma_l * math.sqrt(1 / len(residuals) + 1 / max(k_b, 1))
+    moved = math.expm1(shift)
+    return moved if abs(moved) > max(tolerance, MOVED_Z * se) else None
 
 
 # {launch: {C: that launch's samples of level C, in the order measured}}. A launch measures

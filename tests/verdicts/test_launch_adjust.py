@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,62 @@ def test_polish_finds_each_passs_factor_past_a_stall_in_another_level() -> None:
     out = polish(holes)
     assert out[1] is None and out[0] is not None and out[2] is not None
     assert math.isnan(out[2][3])
+
+
+def test_auto_adjusts_when_every_level_moved_together_beyond_the_recorded_launch_noise(
+    tmp_path,
+) -> None:
+    """Real SGLang on a CPU: recorded in one sitting (launch spread 3 %, residual spread 4 %,
+    so ``auto`` chose the plain comparison), judged a day later on a box 2.1x faster, with the
+    server capped so that C=4 (here C=64) ran 20 % below its neighbours: the plain comparison
+    said +70 %, "pass". Every level moved together far beyond the recorded launch noise, so the
+    plain comparison measures the box: the point is judged launch-adjusted."""
+    from pytest_llmperf.verdicts.baseline import BaselineStore
+    from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey
+    from pytest_llmperf.verdicts.compare import compare_sweep
+    from pytest_llmperf.verdicts.launch_adjust import moved_together
+
+    from . import make_sweep
+
+    store = BaselineStore(tmp_path)
+    wl = make_sweep("plain", CENTERS).workload.key()
+    for c, v in CENTERS.items():
+        s = summarize("output_throughput", [v * 0.97, v, v * 1.03], launches=["a", "b", "c"])
+        s = s.model_copy(update={"launch_residual": LaunchResidual(mean=0.0, sd=0.04, n=3)})
+        store.queue_update(
+            EntryKey("hw", "plain", wl, c), BaselineEntry(metrics={"output_throughput": s})
+        )
+    store.flush()
+
+    def launched(values: dict[int, float]) -> Any:
+        """Three launches of the sweep: the first in ``levels``, the others as repeats."""
+        run = make_sweep("plain", values)
+        first = [lv.model_copy(update={"launch": "L1"}) for lv in run.levels]
+        repeats = {
+            lv.max_concurrency: [lv.model_copy(update={"launch": k}) for k in ("L2", "L3")]
+            for lv in run.levels
+        }
+        return run.model_copy(update={"levels": first, "repeats": repeats})
+
+    capped = launched({1: 210.0, 16: 2100.0, 64: 2000.0 * 2.1 * 0.8})
+    (one, sixteen, sixty_four) = compare_sweep(
+        capped, store, "hw", metrics=["output_throughput"], adjust="auto"
+    )
+    assert sixty_four.verdict == Verdict.FAIL, sixty_four.message()
+    assert "every level of this run moved +110 % together" in sixty_four.message()
+    assert one.verdict == sixteen.verdict == Verdict.PASS
+    # The same box, nothing capped: no level fails, and the move itself is not a regression.
+    fast = compare_sweep(
+        launched({c: v * 2.1 for c, v in CENTERS.items()}), store, "hw",
+        metrics=["output_throughput"], adjust="auto",
+    )  # fmt: skip
+    assert Verdict.FAIL not in {p.verdict for p in fast}
+    # A run at the recording's speed keeps the plain comparison auto chose: C=64 20 % slower
+    # fails there, with no word of a move.
+    same_box = compare_sweep(
+        launched({1: 100.0, 16: 1000.0, 64: 1600.0}), store, "hw",
+        metrics=["output_throughput"], adjust="auto",
+    )  # fmt: skip
+    assert same_box[2].verdict == Verdict.FAIL and "moved" not in same_box[2].message()
+    summary = store.get(EntryKey("hw", "plain", wl, 64)).metrics["output_throughput"]
+    assert moved_together([2000.0 * 1.02], summary, [0.0], 0.05) is None  # within the noise
