@@ -349,6 +349,13 @@ def outlier_inflation(levels: int) -> float:
     return float(max(1.0, moved / null))
 
 
+def _launch_spread(summary: MetricSummary) -> tuple[float, int]:
+    """The plain comparison's recorded noise: the relative launch-to-launch spread, and the
+    launches it came from."""
+    k_b = summary.launches if summary.launches is not None else summary.n
+    return (summary.std / abs(summary.mean) if summary.mean else 0.0), k_b
+
+
 def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:
     """Whether this metric's launch-adjusted comparison is the sharper one at this point, and
     the ratio of its launch noise to its residual noise (None: one of them unmeasured).
@@ -363,10 +370,9 @@ def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:
     res = summary.launch_residual
     if res is None or res.sd is None:
         return False, None
-    k_b = summary.launches if summary.launches is not None else summary.n
+    sigma_l, k_b = _launch_spread(summary)
     if k_b < 2 or summary.mean == 0:
         return True, None
-    sigma_l = summary.std / abs(summary.mean)
     se_plain = sigma_l * math.sqrt(1 + 1 / k_b)
     se_adj = res.sd * math.sqrt(1 + 1 / res.n)
     ratio = sigma_l / res.sd if res.sd > 0 else math.inf
@@ -397,8 +403,7 @@ def moved_together(
     if mean <= 0:
         return None
     shift = math.log(mean / summary.mean) - (statistics.fmean(residuals) - res.mean)
-    k_b = summary.launches if summary.launches is not None else summary.n
-    sigma_l = summary.std / summary.mean
+    sigma_l, k_b = _launch_spread(summary)
     se = sigma_l * math.sqrt(1 / len(residuals) + 1 / max(k_b, 1))
     moved = math.expm1(shift)
     return moved if abs(moved) > max(tolerance, MOVED_Z * se) else None

@@ -119,24 +119,35 @@ def test_residual_summary_of_one_launch_has_no_spread() -> None:
     assert summarize_residuals([]) is None
 
 
-def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
-    """``llmperf compare`` on a results file: samples grouped by launch, residuals against
-    the stored entries, the same combined verdict as the point check."""
+def _store(tmp_path: Any, spread: float, residual_sd: float) -> tuple[Any, str]:
+    """Entries at every level of CENTERS over 3 launches: plain spread ``spread``, residual
+    spread ``residual_sd``."""
     from pytest_llmperf.verdicts.baseline import BaselineStore
     from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey
-    from pytest_llmperf.verdicts.compare import compare_sweep
 
     from . import make_sweep
 
     store = BaselineStore(tmp_path)
     wl = make_sweep("plain", CENTERS).workload.key()
     for c, v in CENTERS.items():
-        s = summarize("output_throughput", [v * 0.85, v, v * 1.15], launches=["a", "b", "c"])
-        s = s.model_copy(update={"launch_residual": LaunchResidual(mean=0.0, sd=0.01, n=3)})
+        values = [v * (1 - spread), v, v * (1 + spread)]
+        s = summarize("output_throughput", values, launches=["a", "b", "c"])
+        s = s.model_copy(update={"launch_residual": LaunchResidual(mean=0.0, sd=residual_sd, n=3)})
         store.queue_update(
             EntryKey("hw", "plain", wl, c), BaselineEntry(metrics={"output_throughput": s})
         )
     store.flush()
+    return store, wl
+
+
+def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
+    """``llmperf compare`` on a results file: samples grouped by launch, residuals against
+    the stored entries, the same combined verdict as the point check."""
+    from pytest_llmperf.verdicts.compare import compare_sweep
+
+    from . import make_sweep
+
+    store, wl = _store(tmp_path, spread=0.15, residual_sd=0.01)
     # One launch 20 % fast, with C=64 25 % slower than the rest of it.
     run = make_sweep("plain", {1: 120.0, 16: 1200.0, 64: 1800.0})
     run = run.model_copy(
@@ -226,22 +237,13 @@ def test_auto_adjusts_when_every_level_moved_together_beyond_the_recorded_launch
     server capped so that C=4 (here C=64) ran 20 % below its neighbours: the plain comparison
     said +70 %, "pass". Every level moved together far beyond the recorded launch noise, so the
     plain comparison measures the box: the point is judged launch-adjusted."""
-    from pytest_llmperf.verdicts.baseline import BaselineStore
-    from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey
+    from pytest_llmperf.verdicts.baseline_file import EntryKey
     from pytest_llmperf.verdicts.compare import compare_sweep
     from pytest_llmperf.verdicts.launch_adjust import moved_together
 
     from . import make_sweep
 
-    store = BaselineStore(tmp_path)
-    wl = make_sweep("plain", CENTERS).workload.key()
-    for c, v in CENTERS.items():
-        s = summarize("output_throughput", [v * 0.97, v, v * 1.03], launches=["a", "b", "c"])
-        s = s.model_copy(update={"launch_residual": LaunchResidual(mean=0.0, sd=0.04, n=3)})
-        store.queue_update(
-            EntryKey("hw", "plain", wl, c), BaselineEntry(metrics={"output_throughput": s})
-        )
-    store.flush()
+    store, wl = _store(tmp_path, spread=0.03, residual_sd=0.04)
 
     def launched(values: dict[int, float]) -> Any:
         """Three launches of the sweep: the first in ``levels``, the others as repeats."""
