@@ -25,13 +25,22 @@ run (two a round, from ``ab.json``), wall time per run, and ``wall + launches x 
 cost of a run where each launch costs 300 s (a big model's load). That cost is virtual: added
 by arithmetic, the simulator does not wait for it.
 
+``--engine sglang`` runs both sides on the real SGLang server on this CPU instead
+(``LLMPERF_SGLANG_PYTHON``, sglang-cpu.sh's venv; 32 in / 16 out), with the noise this box
+gives. Its cases: ``unchanged``; ``cap3``, "new" launched with ``--max-running-requests 3`` at
+levels 1, 2, 4 (C=4 queues one request of four); ``cap7``, ``--max-running-requests 7`` with
+a level of 8 added (one request of eight queues). Caught exactly: only the capped level failed.
+
     python benchmarks/bench_ab_sequential.py --runs 5
+    LLMPERF_SGLANG_PYTHON=.../venv/bin/python python benchmarks/bench_ab_sequential.py \
+        --engine sglang --cases unchanged,cap7 --runs 2 --procedures after
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,7 +49,8 @@ import time
 from pathlib import Path
 
 LEVELS = (1, 4, 16)
-SLOW = 16
+# the level each case slows (caught exactly: only it failed)
+SLOW_AT = {"25": 16, "10": 16, "cap3": 4, "cap7": 8}
 SUITE = """
 [[server]]
 name = "old"
@@ -64,6 +74,36 @@ reference = "old"
 tolerance = 0.05
 {ab}
 """
+# ``--engine sglang``: both sides the real SGLang server on this CPU; a case adds "new"'s flags
+REAL_SERVER = """
+[[server]]
+name = "{name}"
+model = {model}
+python = {python}
+env = {{{{ SGLANG_USE_CPU_ENGINE = "1" }}}}
+args = ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend",
+        "pytorch", "--disable-cuda-graph", "--max-total-tokens", "65536", "--sleep-on-idle",
+        "--enable-metrics"{extra}]
+launch_timeout_s = 300
+"""
+REAL_SWEEP = """
+[sweep]
+levels = {levels}
+input_len = 32
+output_len = 16
+metrics = ["output_throughput"]
+{sweep}
+
+[[ab]]
+candidate = "new"
+reference = "old"
+tolerance = 0.05
+{ab}
+"""
+FLAGS = {
+    "cap3": ', "--max-running-requests", "3"',
+    "cap7": ', "--max-running-requests", "7"',
+}
 PROCEDURES = {
     "before": {"sweep": "sequential = false", "ab": 'adjust = "none"\nrounds = 4'},
     "after": {"sweep": "", "ab": ""},
@@ -71,12 +111,14 @@ PROCEDURES = {
 LAUNCH_COST_S = 300.0
 
 
-def pytest_run(target: Path, out: Path, sim: str) -> dict:
+def pytest_run(target: Path, out: Path, sim: str | None) -> dict:
+    """One pytest session; ``sim``: the simulator's noise arguments (None: the real server)."""
     cmd = [
         sys.executable, "-m", "pytest", str(target), "-q", "-p", "no:cacheprovider",
-        "-p", "no:randomly", "--llmperf-simulate", "--llmperf-output-dir", str(out),
-        "--llmperf-sim-args", sim,
+        "-p", "no:randomly", "--llmperf-output-dir", str(out),
     ]  # fmt: skip
+    if sim is not None:
+        cmd += ["--llmperf-simulate", "--llmperf-sim-args", sim]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False,
                           cwd=target)  # fmt: skip
@@ -102,16 +144,34 @@ def main() -> None:
     ap.add_argument("--passes", default="1", help="[[ab]] passes of 'after': a number, or auto")
     ap.add_argument("--load-time", type=float, default=0.0,
                     help="--sim-load-time: seconds each simulated launch really loads")  # fmt: skip
+    ap.add_argument("--engine", choices=("sim", "sglang"), default="sim")
     args = ap.parse_args()
+    global LEVELS
+    suite_text = SUITE
+    if args.engine == "sglang":
+        python = os.environ.get("LLMPERF_SGLANG_PYTHON", "")
+        if not python:
+            raise SystemExit("--engine sglang needs LLMPERF_SGLANG_PYTHON (sglang-cpu.sh's venv)")
+        if args.cases == ap.get_default("cases"):
+            args.cases = "unchanged,cap3"
+        names = args.cases.split(",")
+        if not set(names) <= {"unchanged", "cap3", "cap7"}:
+            raise SystemExit("--engine sglang has the cases unchanged, cap3 and cap7")
+        LEVELS = (1, 2, 4, 8) if "cap7" in names else (1, 2, 4)
+        model = json.dumps(str(Path(python).parent.parent.parent / "model32k"))
+        server = REAL_SERVER.replace("{model}", model).replace("{python}", json.dumps(python))
+        sweep = REAL_SWEEP.replace("{levels}", json.dumps(list(LEVELS)))
     noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
              f"--sim-time-scale {args.time_scale}")  # fmt: skip
     if args.load_time:
         noise += f" --sim-load-time {args.load_time}"
     passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
-    cases = {
-        "unchanged": noise,
+    cases: dict[str, str | None] = {
+        "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise}; new: --sim-slowdown 9-16:1.362",
         "10": f"{noise}; new: --sim-slowdown 9-16:1.1266",
+        "cap3": None,  # the real server; "new" launched with FLAGS["cap3"]
+        "cap7": None,
     }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,8 +184,12 @@ def main() -> None:
             spec = dict(PROCEDURES[proc])
             if proc == "after" and passes != "1":
                 spec["ab"] = f"passes = {passes}"
-            suite.write_text(SUITE.format(**spec))
             for label in args.cases.split(","):
+                if args.engine == "sglang":
+                    extra = FLAGS.get(label, "")
+                    suite_text = (server.format(name="old", extra="")
+                                  + server.format(name="new", extra=extra) + sweep)  # fmt: skip
+                suite.write_text(suite_text.format(**spec))
                 runs = []
                 for i in range(args.runs):
                     r = pytest_run(target, root / f"{proc}-{label}-{i}", cases[label])
@@ -138,8 +202,12 @@ def main() -> None:
                         print(r["tail"], flush=True)
                 rows.append((proc, label, runs))
     print()
-    print(f"{args.runs} runs each; 'after' with {args.passes} pass(es); gpu-shared noise, "
-          f"drift redrawn every {args.drift_period} s; "
+    noise_said = (
+        f"gpu-shared noise, drift redrawn every {args.drift_period} s"
+        if args.engine == "sim"
+        else "real SGLang on this CPU, its own noise"
+    )
+    print(f"{args.runs} runs each; 'after' with {args.passes} pass(es); {noise_said}; "
           f"cost = wall + launches x ({LAUNCH_COST_S:.0f} s - the {args.load_time:g} s load the "
           f"wall holds) (virtual, by arithmetic)")  # fmt: skip
     head = ("procedure", "case", "false fail", "undecided pts", "caught exactly", "launches/run",
@@ -152,7 +220,7 @@ def main() -> None:
         launches = statistics.fmean(r["launches"] for r in runs)
         wall = statistics.fmean(r["wall"] for r in runs)
         false_fail = sum(bool(f) for f in fails) if label == "unchanged" else "-"
-        caught = "-" if label == "unchanged" else sum(f == [SLOW] for f in fails)
+        caught = "-" if label == "unchanged" else sum(f == [SLOW_AT[label]] for f in fails)
         und = f"{undecided}" + (f" (+{missing} unjudged)" if missing else "")
         print(" | ".join(str(x) for x in (
             proc, label, false_fail, und, caught, f"{launches:.1f}", f"{wall:.0f}",
