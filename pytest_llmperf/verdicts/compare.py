@@ -324,6 +324,22 @@ def with_launch_adjustment(
     msg = f"{head} (tolerance {_tol(tolerance)}); launch-adjusted{reason}: {adj_text}"
     if verdict == Verdict.FAIL and adj.outcome != Verdict.FAIL:
         msg += "; the plain difference alone is beyond the launch noise"
+        # What the backstop saw may be the launches' shared speed (the level's plain change
+        # less its residual's): every level moved alike, so the cause is the box or a change
+        # of every level, not this level's own.
+        shared = (
+            math.expm1(
+                math.log(mc.current / mc.baseline) - (statistics.fmean(residuals) - base.mean)
+            )
+            if mc.current > 0 and mc.baseline > 0
+            else 0.0
+        )
+        if abs(shared) > tolerance:
+            msg += (
+                f" (every level of this run moved {100 * shared:+.0f} % together "
+                "against the recording: the box, or a change of every level alike, which the "
+                "launch-adjusted comparison removes)"
+            )
     elif verdict == Verdict.INCONCLUSIVE:
         msg += f"; {adj.advice(adjusted=True)}"
     if why and verdict != Verdict.PASS:

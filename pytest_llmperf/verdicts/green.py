@@ -50,14 +50,14 @@ def _metric_mde(m: MetricComparison) -> str:
 
 
 def _change(m: MetricComparison) -> str:
-    """The change the verdict rests on: with each launch's speed removed when the decision was
-    launch-adjusted (the plain change beside it, as it can differ by the launch's speed)."""
-    if m.adjusted and m.adjusted_change is not None:
-        return (
-            f"{m.metric} {100 * m.adjusted_change:+.1f} % launch-adjusted, "
-            f"{100 * m.change:+.1f} % plain"
-        )
-    return f"{m.metric} {100 * m.change:+.1f} %"
+    """The change the verdict rests on first, the other beside it where both were judged: a
+    launch-adjusted decision names the plain change, and a plain backstop failure the adjusted
+    one, as the two differ by the launches' shared speed (the box's, or every level's)."""
+    if m.adjusted_change is None:
+        return f"{m.metric} {100 * m.change:+.1f} %"
+    adjusted = f"{100 * m.adjusted_change:+.1f} % launch-adjusted"
+    plain = f"{100 * m.change:+.1f} % plain"
+    return f"{m.metric} {adjusted}, {plain}" if m.adjusted else f"{m.metric} {plain}, {adjusted}"
 
 
 def green_means(point: PointComparison) -> str:

@@ -37,3 +37,17 @@ def test_a_plain_verdict_names_the_plain_change() -> None:
     assert mc.verdict == Verdict.FAIL and not mc.adjusted
     point = PointComparison("plain", 4, "wl", Verdict.FAIL, metrics=[mc])
     assert green_means(point).endswith("(output_throughput -20.0 %)")
+
+
+def test_a_backstop_failure_names_the_adjusted_change_beside_the_plain_one() -> None:
+    """Real SGLang, capped at C=8, on a box 31 % slower than at the recording: the plain
+    backstop failed C=8 at -34.9 % while its launch-adjusted change was -5.0 %. The sentence
+    shows both, the plain one first as the verdict rests on it."""
+    base = MetricSummary(mean=378.0, std=6.0, n=3, launches=3, direction="higher")
+    plain = compare_metric("output_throughput", [246.0] * 6, base, 0.05, t_margin=True)
+    residual = LaunchResidual(mean=0.0, sd=0.04, n=3)
+    mc = with_launch_adjustment(plain, [math.log(1 - 0.05)] * 6, residual, 0.05)
+    assert mc.verdict == Verdict.FAIL and not mc.adjusted
+    point = PointComparison("plain", 8, "wl", Verdict.FAIL, metrics=[mc])
+    text = green_means(point)
+    assert text.endswith("(output_throughput -34.9 % plain, -5.0 % launch-adjusted)"), text

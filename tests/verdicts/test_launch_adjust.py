@@ -277,3 +277,31 @@ def test_auto_adjusts_when_every_level_moved_together_beyond_the_recorded_launch
     assert same_box[2].verdict == Verdict.FAIL and "moved" not in same_box[2].message()
     summary = store.get(EntryKey("hw", "plain", wl, 64)).metrics["output_throughput"]
     assert moved_together([2000.0 * 1.02], summary, [0.0], 0.05) is None  # within the noise
+
+
+def test_a_backstop_failure_says_every_level_moved_together(tmp_path) -> None:
+    """Real SGLang on a CPU, with the server capped at C=8: the box ran 35 % slower than at the
+    recording, every level alike, and only the level with the smallest recorded noise failed,
+    through the plain backstop. The message says the move was every level's, so the user does
+    not chase that level; a level's own drop, judged launch-adjusted, says nothing of it."""
+    from pytest_llmperf.verdicts.compare import compare_sweep
+
+    from . import make_sweep
+
+    store, _ = _store(tmp_path, spread=0.03, residual_sd=0.01)  # auto: launch-adjusted
+    slow = make_sweep("plain", {c: v * 0.65 for c, v in CENTERS.items()})
+    slow = slow.model_copy(
+        update={"levels": [lv.model_copy(update={"launch": "L"}) for lv in slow.levels]}
+    )
+    points = compare_sweep(slow, store, "hw", metrics=["output_throughput"], adjust="auto")
+    assert [p.verdict for p in points] == [Verdict.FAIL] * 3
+    for p in points:
+        assert "the plain difference alone is beyond the launch noise" in p.message()
+        assert "every level of this run moved -35 % together against the recording" in p.message()
+    # C=64 alone 25 % slower at the recording's speed fails launch-adjusted, with no such words
+    own = make_sweep("plain", {1: 100.0, 16: 1000.0, 64: 1500.0})
+    own = own.model_copy(
+        update={"levels": [lv.model_copy(update={"launch": "L"}) for lv in own.levels]}
+    )
+    judged = compare_sweep(own, store, "hw", metrics=["output_throughput"], adjust="auto")
+    assert judged[2].verdict == Verdict.FAIL and "together" not in judged[2].message()
