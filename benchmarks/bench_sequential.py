@@ -38,8 +38,9 @@ Its cases are ``unchanged`` and ``cap3``: the judged runs launch the server with
 ``--max-running-requests 3`` (the cap speculative decoding brings, on a small scale), so at C=4
 one request of four waits while C=1 and C=2 are untouched; caught exactly means only C=4
 failed. ``cap7`` (``--max-running-requests 7``; the sweep then has a level of 8, recording
-included) queues one request of eight at C=8: a smaller drop, about 10 % on this CPU. The drop
-each makes is whatever this CPU gives, printed per run from the fail message.
+included) queues one request of eight at C=8: a smaller drop (a standalone client measured
+C=7 5-19 % below C=8 on this CPU). The drop each makes is whatever this CPU gives, printed
+per run from the fail message.
 
     python benchmarks/bench_sequential.py --runs 3
     LLMPERF_SGLANG_PYTHON=.../venv/bin/python python benchmarks/bench_sequential.py \
