@@ -49,9 +49,18 @@ import time
 from pathlib import Path
 
 LEVELS = (1, 4, 16)
+# the judgement both engines' suites end with
+AB = """
+[[ab]]
+candidate = "new"
+reference = "old"
+tolerance = 0.05
+{ab}
+"""
 # the level each case slows (caught exactly: only it failed)
 SLOW_AT = {"25": 16, "10": 16, "cap3": 4, "cap7": 8}
-SUITE = """
+SUITE = (
+    """
 [[server]]
 name = "old"
 model = "sim/qwen-moe"
@@ -67,13 +76,9 @@ levels = [1, 4, 16]
 input_len = 128
 output_len = 64
 {sweep}
-
-[[ab]]
-candidate = "new"
-reference = "old"
-tolerance = 0.05
-{ab}
 """
+    + AB
+)
 # ``--engine sglang``: both sides the real SGLang server on this CPU; a case adds "new"'s flags
 REAL_SERVER = """
 [[server]]
@@ -86,20 +91,17 @@ args = ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-ba
         "--enable-metrics"{extra}]
 launch_timeout_s = 300
 """
-REAL_SWEEP = """
+REAL_SWEEP = (
+    """
 [sweep]
 levels = {levels}
 input_len = 32
 output_len = 16
 metrics = ["output_throughput"]
 {sweep}
-
-[[ab]]
-candidate = "new"
-reference = "old"
-tolerance = 0.05
-{ab}
 """
+    + AB
+)
 FLAGS = {
     "cap3": ', "--max-running-requests", "3"',
     "cap7": ', "--max-running-requests", "7"',
