@@ -35,6 +35,7 @@ from pytest_llmperf.verdicts.launch_adjust import (
     moved_together,
     pooled_residual_noise,
     prefer_adjusted,
+    shared_shift,
 )
 from pytest_llmperf.verdicts.sequential import Look
 from pytest_llmperf.verdicts.stats import (
@@ -328,9 +329,7 @@ def with_launch_adjustment(
         # less its residual's): every level moved alike, so the cause is the box or a change
         # of every level, not this level's own.
         shared = (
-            math.expm1(
-                math.log(mc.current / mc.baseline) - (statistics.fmean(residuals) - base.mean)
-            )
+            math.expm1(shared_shift(mc.current, mc.baseline, residuals, base.mean))
             if mc.current > 0 and mc.baseline > 0
             else 0.0
         )

@@ -384,6 +384,13 @@ def prefer_adjusted(summary: MetricSummary) -> tuple[bool, float | None]:
 MOVED_Z = 3.0
 
 
+def shared_shift(mean: float, base_mean: float, residuals: Sequence[float], base_residual: float
+                 ) -> float:  # fmt: skip
+    """The log change of a level that its launches' shared speed made: the plain log change
+    less the residual's (both means positive)."""
+    return math.log(mean / base_mean) - (statistics.fmean(residuals) - base_residual)
+
+
 def moved_together(
     values: Sequence[float], summary: MetricSummary, residuals: Sequence[float], tolerance: float
 ) -> float | None:
@@ -402,7 +409,7 @@ def moved_together(
     mean = statistics.fmean(values)
     if mean <= 0:
         return None
-    shift = math.log(mean / summary.mean) - (statistics.fmean(residuals) - res.mean)
+    shift = shared_shift(mean, summary.mean, residuals, res.mean)
     sigma_l, k_b = _launch_spread(summary)
     se = sigma_l * math.sqrt(1 / len(residuals) + 1 / max(k_b, 1))
     moved = math.expm1(shift)
