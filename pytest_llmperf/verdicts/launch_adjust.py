@@ -59,6 +59,7 @@ __all__ = [
     "pooled_residual_noise",
     "prefer_adjusted",
     "moved_together",
+    "shared_shift",
     "summarize_passes",
     "summarize_residuals",
 ]
