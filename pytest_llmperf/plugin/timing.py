@@ -17,6 +17,7 @@ from pytest_llmperf.plugin.kinds import item_kind
 from pytest_llmperf.run.ab import round_order
 from pytest_llmperf.run.ab_rounds import round_budget
 from pytest_llmperf.run.plan_time import ab_plan, launch_budget, plan, planned_launches
+from pytest_llmperf.verdicts.launch_adjust import MIN_LEVELS
 
 if TYPE_CHECKING:
     from pytest_llmperf.base.results import Workload
@@ -58,7 +59,7 @@ def plan_lines(
     def budget(n_levels: int) -> tuple[int, int]:
         if sequential:
             return 1, looks
-        return launch_budget(
+        lo, hi = launch_budget(
             n_levels,
             repeat=get("repeat"),
             max_reruns=get("max_reruns"),
@@ -66,6 +67,9 @@ def plan_lines(
             baseline_repeat=get("baseline_repeat"),
             adjust=get("adjust"),
         )
+        # a recording that adjusts adds launches while its noise is too wide, up to the budget
+        grows = update and get("sequential") and get("adjust") != "none" and n_levels >= MIN_LEVELS
+        return lo, max(hi, looks) if grows else hi
 
     key = str(suite.path.resolve()) if suite.path is not None else ""
     configs = []

@@ -38,19 +38,16 @@ from pytest_llmperf.run.history_checks import HistoryJudge
 from pytest_llmperf.run.passes import AUTO, Passes, recorded_ratio
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.probing import answer_every_launch, judge_point, launch_probes
+from pytest_llmperf.run.record_launches import METRIC, record_launches
 from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
-from pytest_llmperf.verdicts.baseline import (
-    BaselineFileError,
-    BaselineStore,
-    EntryKey,
-    Provenance,
-)
+from pytest_llmperf.verdicts.baseline import BaselineFileError, BaselineStore, EntryKey, Provenance
 from pytest_llmperf.verdicts.compare import (
     DEFAULT_METRICS,
     PointComparison,
     compare_point,
+    resolve_tolerance,
 )
 from pytest_llmperf.verdicts.consistency import Consistency
 from pytest_llmperf.verdicts.crossover import sweep_line
@@ -199,7 +196,15 @@ class PointCheck:
             if self.passes == AUTO:  # re-recording: the ratio the entries being replaced show
                 ratio = recorded_ratio(self.store, self.key.hardware, self.config,
                                        self.workload.key(), self.levels)  # fmt: skip
-            self.run.ensure_launches(self.config, self.workload, self.levels, n, self.passes, ratio)
+            if self.update and self.sequential:  # launches added while the noise is too wide
+                old = self.store.get(self.key, mark_used=False)
+                tol = resolve_tolerance(METRIC, test=self.tolerances or None, entry=old)
+                record_launches(self.run, self.config, self.workload, self.levels, n, self.passes,
+                                ratio, tolerance=tol, launch_budget=self.launch_budget,
+                                time_budget_min=self.time_budget, policy=self.policy)  # fmt: skip
+            else:
+                self.run.ensure_launches(self.config, self.workload, self.levels, n,
+                                         self.passes, ratio)  # fmt: skip
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
         # each recording launch answers the probes (``_every_launch_answers``)

@@ -257,7 +257,9 @@ SETTINGS: tuple[Setting, ...] = (
         "launch_budget",
         parse_positive_int,
         6,
-        "most launches per config to decide (and [[ab]] rounds when it sets no rounds)",
+        "most launches per config to decide (and [[ab]] rounds when it sets no rounds); a "
+        "recording that adjusts adds launches beyond baseline_repeat up to it while its "
+        "noise is too wide for a later run's first look to fail twice the tolerance",
         **TEST,
     ),
     Setting(

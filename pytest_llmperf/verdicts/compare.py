@@ -37,7 +37,7 @@ from pytest_llmperf.verdicts.launch_adjust import (
     prefer_adjusted,
     shared_shift,
 )
-from pytest_llmperf.verdicts.sequential import Look
+from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, Look
 from pytest_llmperf.verdicts.stats import (
     Decision,
     LaunchNoise,
@@ -85,9 +85,6 @@ DEFAULT_METRICS: tuple[str, ...] = (
     "cache_hit_rate",
     "startup_s",
 )
-# Adjusting under the sequential rule, the plain comparison keeps this share of the false-alarm
-# rate as a fail-only backstop for a regression every level shares (which adjusting cancels).
-BACKSTOP_SHARE = 0.1
 
 
 def fmt_num(v: float | None) -> str:
@@ -340,7 +337,8 @@ def with_launch_adjustment(
                 "launch-adjusted comparison removes)"
             )
     elif verdict == Verdict.INCONCLUSIVE:
-        msg += f"; {adj.advice(adjusted=True)}"
+        effect = noise is not None and noise.launch_effect
+        msg += f"; {adj.advice(adjusted=True, launch_effect=effect)}"
     if why and verdict != Verdict.PASS:
         msg += "; " + "; ".join(why)
     decision = adj if verdict != Verdict.FAIL or adj.outcome == Verdict.FAIL else mc.decision

@@ -35,7 +35,7 @@ from scipy import stats as _scipy_stats
 from pytest_llmperf.base.metric_defs import metric as metric_def
 from pytest_llmperf.base.results import LevelResult, SweepResult
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, LaunchResidual, MetricSummary
-from pytest_llmperf.verdicts.sequential import Look
+from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, Look
 from pytest_llmperf.verdicts.stats import Decision, LaunchNoise, NoiseRule, decide
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
     "adjustable",
     "current_residuals",
     "decide_adjusted",
+    "first_look_margin",
+    "next_launch_gain",
     "launch_residuals",
     "median_variance",
     "within_to_launch",
@@ -269,10 +271,46 @@ def pool_residuals(summaries: Sequence[LaunchResidual]) -> LaunchNoise | None:
     levels = len(spreads)
     dof = sum(r.n - 1 for r in spreads)
     var = sum((r.n - 1) * (r.sd or 0.0) ** 2 for r in spreads) / dof
-    var, dof = _with_passes(spreads, var, dof)
+    pooled, dof_p = _with_passes(spreads, var, dof)
+    # passes recorded but not pooled: the F-test found the launches differ beyond them
+    effect = dof_p == dof and all(r.within_sd is not None and r.within_dof > 0 for r in spreads)
     return LaunchNoise(
-        math.sqrt(var * outlier_inflation(levels)), max(1, dof * (levels - 1) // levels) + 1
+        math.sqrt(pooled * outlier_inflation(levels)),
+        max(1, dof_p * (levels - 1) // levels) + 1,
+        launch_effect=effect,
     )
+
+
+def first_look_margin(noise: LaunchNoise, recorded: int, looks: int) -> float:
+    """The launch-adjusted fail margin (``c_1·se``) a later run's first look will judge with:
+    one launch against the ``recorded`` ones, at ``noise`` (the residual spread pooled over
+    the sweep's levels), ``looks`` the launch budget. Where it exceeds the tolerance, even a
+    regression of twice the tolerance cannot fail at the first look."""
+    se = _first_look_sigma(noise) * math.sqrt(1 + 1 / max(1, recorded))
+    return _first_look(looks).critical(max(1, noise.launches - 1)) * se
+
+
+def next_launch_gain(noise: LaunchNoise, recorded: int, looks: int) -> float:
+    """By how much one more recording launch would narrow ``first_look_margin`` (a fraction):
+    the noise's degrees of freedom grow by a recorded launch's share, ``dof / (recorded - 1)``
+    (what each launch after the first adds when the launch medians alone are the noise: ``L -
+    1`` for ``L`` levels), and the baseline's mean gets one launch more; the spread is assumed
+    to stay. About 23 % from three launches to four where the launches differed beyond their
+    passes (Student's t from 4 degrees of freedom to 6), 6 % where the passes pooled into the
+    noise (22 degrees of freedom and more)."""
+    dof = max(1, noise.launches - 1)
+    grown = LaunchNoise(noise.sd, dof + 1 + round(dof / max(1, recorded - 1)))
+    return 1 - first_look_margin(grown, recorded + 1, looks) / first_look_margin(
+        noise, recorded, looks
+    )
+
+
+def _first_look(looks: int) -> Look:
+    return Look(1, max(1, looks)).share(1 - BACKSTOP_SHARE)
+
+
+def _first_look_sigma(noise: LaunchNoise) -> float:
+    return max(noise.sd, NoiseRule().noise_floor)
 
 
 # An F-test at this level decides whether launches differ beyond their passes' noise.

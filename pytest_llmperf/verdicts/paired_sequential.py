@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.base.metric_defs import metric
-from pytest_llmperf.verdicts.compare import BACKSTOP_SHARE
 from pytest_llmperf.verdicts.launch_adjust import MIN_LEVELS
 from pytest_llmperf.verdicts.paired import (
     DEFAULT_CONFIDENCE,
@@ -42,7 +41,7 @@ from pytest_llmperf.verdicts.paired import (
     mean_ci,
     pct,
 )
-from pytest_llmperf.verdicts.sequential import DETECT, Look
+from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, DETECT, Look
 from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.verdict import Verdict
 

@@ -44,6 +44,7 @@ from functools import lru_cache
 from scipy import stats as _scipy_stats
 
 __all__ = [
+    "BACKSTOP_SHARE",
     "DEFAULT_ALPHA",
     "DETECT",
     "PASS_BETA",
@@ -56,6 +57,9 @@ DEFAULT_ALPHA = 0.025  # one-sided, per metric and point, over all its looks tog
 PASS_BETA = 0.05  # what a regression of DETECT tolerances may pass with, over all looks
 DETECT = 2.0  # the regression a pass rules out, in tolerances
 RHO = 1.0
+# Adjusting, the plain comparison keeps this share of the false-alarm rate as a fail-only
+# backstop for a regression every level shares (which adjusting cancels).
+BACKSTOP_SHARE = 0.1
 
 
 def spent(k: int, looks: int, alpha: float = DEFAULT_ALPHA, rho: float = RHO) -> float:

@@ -124,7 +124,7 @@ class Decision:
         """Inconclusive points should be measured again and decided on all samples."""
         return self.outcome == Verdict.INCONCLUSIVE
 
-    def _sequential_advice(self, attached: bool, adjusted: bool) -> str:
+    def _sequential_advice(self, attached: bool, adjusted: bool, launch_effect: bool) -> str:
         look = self.look
         assert look is not None
         head = (
@@ -139,6 +139,13 @@ class Decision:
                 f"about {self.repeats_needed} launches would settle it; raise launch_budget "
                 f"(--llmperf-launch-budget) to at least {self.repeats_needed}"
             )
+        if adjusted and launch_effect:  # the launches differ: only more of them average that
+            return head + (
+                "more launches within any budget would not settle it: the recorded launches "
+                "differ beyond their passes' noise, so record the baseline with more launches "
+                "(baseline_repeat, or a larger launch_budget while recording) or widen the "
+                "tolerance"
+            )
         return head + (
             "more launches within any budget would not settle it: record the baseline with "
             "more launches (baseline_repeat)"
@@ -147,15 +154,18 @@ class Decision:
             + " or widen the tolerance"
         )
 
-    def advice(self, *, attached: bool = False, adjusted: bool = False) -> str:
+    def advice(
+        self, *, attached: bool = False, adjusted: bool = False, launch_effect: bool = False
+    ) -> str:
         """What the user can do about an inconclusive verdict. An ``attached`` server is never
         relaunched (nor re-launched by a re-run): its advice names what can be done to it;
-        an ``adjusted`` comparison's also names passes."""
+        an ``adjusted`` comparison's also names passes, unless its recorded noise found a
+        ``launch_effect`` (``LaunchNoise``), which passes cannot average."""
         if self.outcome != Verdict.INCONCLUSIVE:
             return ""
         head = f"inconclusive (within noise margin {100 * self.margin:.1f} %): "
         if self.look is not None:
-            return self._sequential_advice(attached, adjusted)
+            return self._sequential_advice(attached, adjusted, launch_effect)
         if not self.resolved:
             mde = "" if self.mde is None else f", minimum detectable effect {100 * self.mde:.1f} %"
             if attached:
@@ -266,10 +276,13 @@ class Side:
 
 @dataclass(frozen=True)
 class LaunchNoise:
-    """A relative launch-to-launch spread and how many launches it was measured over."""
+    """A relative launch-to-launch spread and how many launches it was measured over;
+    ``launch_effect``: the launches differed beyond their passes' noise (so more passes a
+    launch cannot narrow it, more launches can)."""
 
     sd: float
     launches: int
+    launch_effect: bool = False
 
     def pooled_with(self, sd: float | None, launches: int) -> float:
         """This spread pooled with one measured over ``launches`` (degrees of freedom

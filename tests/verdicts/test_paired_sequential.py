@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from pytest_llmperf.verdicts.compare import BACKSTOP_SHARE
 from pytest_llmperf.verdicts.green import paired_green_means
 from pytest_llmperf.verdicts.paired import judge_paired, remove_launch_factor
 from pytest_llmperf.verdicts.paired_sequential import (
@@ -16,7 +15,7 @@ from pytest_llmperf.verdicts.paired_sequential import (
     judge_paired_look,
     judge_with_backstop,
 )
-from pytest_llmperf.verdicts.sequential import Look
+from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, Look
 from pytest_llmperf.verdicts.verdict import Verdict
 
 KW = {"candidate": "new", "reference": "old", "metric_name": "output_throughput"}

@@ -306,3 +306,32 @@ def test_an_adjusted_point_undecided_at_its_last_look_names_passes():
                                  look=Look(6, K).share(0.9))  # fmt: skip
     assert got.verdict == Verdict.INCONCLUSIVE, got.message
     assert "look 6 of 6" in got.message and "(baseline_passes)" in got.message, got.message
+
+
+def test_an_undecided_point_whose_recording_found_a_launch_effect_does_not_name_passes() -> None:
+    """The recorded launches differed beyond their passes' noise: more passes a launch cannot
+    narrow the margin, so the advice names launches only."""
+    from pytest_llmperf.verdicts.baseline import summarize
+    from pytest_llmperf.verdicts.baseline_file import LaunchResidual
+    from pytest_llmperf.verdicts.compare import compare_metric, with_launch_adjustment
+    from pytest_llmperf.verdicts.launch_adjust import pool_residuals
+    from pytest_llmperf.verdicts.stats import LaunchNoise
+
+    values = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0]
+    base = summarize("output_throughput", values[:3])
+    launches = [f"l{i}" for i in range(6)]
+    mc = compare_metric("output_throughput", values, base, 0.05, launches=launches,
+                        look=Look(6, K).share(0.1))  # fmt: skip
+    residuals = [math.log(0.93) + e for e in (0.03, -0.03, 0.02, -0.02, 0.01, -0.01)]
+    # three levels, three launches: medians spread 5 %, their six passes 0.5 %
+    rows = [LaunchResidual(mean=0.0, sd=0.05, n=3, within_sd=0.005, within_dof=12, passes=6)] * 3
+    noise = pool_residuals(rows)
+    assert noise is not None and noise.launch_effect
+    quiet = pool_residuals([r.model_copy(update={"within_sd": 0.2}) for r in rows])
+    assert quiet is not None and not quiet.launch_effect
+    for pooled, names_passes in ((noise, False), (LaunchNoise(noise.sd, noise.launches), True)):
+        got = with_launch_adjustment(mc, residuals, rows[0], 0.05, look=Look(6, K).share(0.9),
+                                     noise=pooled)  # fmt: skip
+        assert got.verdict == Verdict.INCONCLUSIVE, got.message
+        assert ("(baseline_passes)" in got.message) == names_passes, got.message
+        assert ("launch_budget while recording" in got.message) != names_passes, got.message
