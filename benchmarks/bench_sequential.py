@@ -59,7 +59,7 @@ import tempfile
 import time
 from pathlib import Path
 
-LEVELS = (1, 4, 16)
+LEVELS: tuple[int, ...] = (1, 4, 16)
 # the level each case slows (caught exactly: only it failed)
 SLOW_AT = {"25": 16, "10": 16, "cap3": 4, "cap7": 8}
 SUITE = """
@@ -100,6 +100,7 @@ PROCEDURES = {
     "after": ["sequential = true", 'adjust = "auto"'],
 }
 LAUNCH_COST_S = 300.0
+NOTED = ("baseline_passes = auto", "recording:")  # what a recording says it chose
 # ``--engine sglang``'s cases: server flags the judged runs add to the recorded ones
 FLAGS = {
     "cap3": ', "--max-running-requests", "3"',
@@ -128,6 +129,7 @@ def pytest_run(
     results = json.loads(path.read_text()) if path.exists() else None
     verdicts: dict[int, str] = {}
     launches: set[str] = set()
+    notes: set[str] = set()
     said = ""
     if results is not None:
         for check in results.get("checks", []):
@@ -140,8 +142,9 @@ def pytest_run(
             for reps in sweep.get("repeats", {}).values():
                 levels += reps
             launches |= {lv["launch"] for lv in levels if lv.get("launch")}
+            notes |= {n for lv in levels for n in lv.get("notes", []) if n.startswith(NOTED)}
     return {"verdicts": verdicts, "launches": len(launches), "wall": wall, "rc": proc.returncode,
-            "tail": proc.stdout[-3000:], "said": said}  # fmt: skip
+            "tail": proc.stdout[-3000:], "said": said, "notes": sorted(notes)}  # fmt: skip
 
 
 def recorded_passes(base: Path) -> set[int]:
@@ -175,6 +178,9 @@ def main() -> None:
     ap.add_argument("--load-time", type=float, default=0.0,
                     help="--sim-load-time: seconds each simulated launch really loads")  # fmt: skip
     ap.add_argument("--engine", choices=("sim", "sglang"), default="sim")
+    ap.add_argument("--recordings", type=int, default=1,
+                    help="recordings made, each its own baseline; the runs judge against the "
+                    "first that added launches, else the last")  # fmt: skip
     args = ap.parse_args()
     global LEVELS, SUITE
     if args.engine == "sglang":
@@ -219,12 +225,21 @@ def main() -> None:
         )
         suite = target / "llmperf.toml"
         suite.write_text(SUITE.format(lines="\n".join(PROCEDURES["after"]), extra=""))
-        rec = pytest_run(target, base, root / "rec", cases["unchanged"], update=True)
-        print(f"baseline recorded in {rec['wall']:.0f} s, {rec['launches']} launches "
-              f"(exit {rec['rc']})", flush=True)  # fmt: skip
-        if rec["rc"] != 0:
-            print(rec["tail"])
-            raise SystemExit(1)
+        chosen = None
+        for j in range(args.recordings):
+            base = root / f"baselines-{j}"
+            rec = pytest_run(target, base, root / f"rec-{j}", cases["unchanged"], update=True)
+            print(f"baseline {j + 1} recorded in {rec['wall']:.0f} s, {rec['launches']} launches "
+                  f"(exit {rec['rc']})", flush=True)  # fmt: skip
+            for note in rec["notes"]:
+                print(f"  {note}", flush=True)
+            if rec["rc"] != 0:
+                print(rec["tail"])
+                raise SystemExit(1)
+            if chosen is None and any(n.startswith("recording:") for n in rec["notes"]):
+                chosen = base
+        base = chosen or base
+        print(f"  the runs judge against {base.name}", flush=True)
         print(f"  passes a launch recorded: {sorted(recorded_passes(base))}", flush=True)
         for proc in args.procedures.split(","):
             for label in args.cases.split(","):
