@@ -84,39 +84,54 @@ def record_launches(
     by = run.ensure_launches(config, workload, levels, launches, passes, ratio)
     first_margin: float | None = None
     added = 0
+    why = "launch_budget reached"
     for _ in range(max(0, launch_budget - launches)):
         noise, k = recorded_noise(by, levels, workload, policy)
-        if noise is None or k < launches or not run.can_relaunch(config):
+        if not run.can_relaunch(config):
+            why = "the server cannot be relaunched"
+            break
+        if noise is None or k < launches:
+            why = "a launch had no valid sample of some level"
             break
         margin = first_look_margin(noise, k, launch_budget)
         first_margin = margin if first_margin is None else first_margin
         seconds, used = launch_seconds(by)
-        if margin <= tolerance or next_launch_gain(noise, k, launch_budget) < GAIN:
+        if margin <= tolerance:
+            why = "within the tolerance"
+            break
+        if next_launch_gain(noise, k, launch_budget) < GAIN:
+            why = f"a launch more would narrow it by under {100 * GAIN:.0f} %"
             break
         if used >= planned_launches(launch_budget, time_budget_min, seconds / max(used, 1)):
+            why = "launch_budget or time_budget reached"
             break
         before = len(by)
         by = run.ensure_launches(config, workload, levels, before + 1, passes, ratio)
         if len(by) <= before:
-            break  # the launch failed to start or measure: what was recorded stands
+            why = "a launch failed to start or measure"
+            break
         added += 1
     if added:
         noise, k = recorded_noise(by, levels, workload, policy)
         now = first_look_margin(noise, k, launch_budget) if noise is not None else None
-        _note(by, _added_text(added, k, first_margin, now, tolerance))
+        _note(by, _added_text(added, k, first_margin, now, tolerance, why))
     return by
 
 
 def _added_text(
-    added: int, launches: int, before: float | None, now: float | None, tolerance: float
+    added: int,
+    launches: int,
+    before: float | None,
+    now: float | None,
+    tolerance: float,
+    why: str,
 ) -> str:
     after = f"{100 * now:.1f} %" if now is not None else "unknown"
     return (
         f"recording: {added} launch{'es' if added != 1 else ''} added ({launches} valid in all): "
         f"with the launches first recorded, a later run's first look would have judged "
         f"{METRIC} with a margin of {100 * (before or 0.0):.1f} %, wider than the tolerance "
-        f"{100 * tolerance:.3g} % and narrowed by each launch more (now {after}; launch_budget "
-        f"bounds the launches)"
+        f"{100 * tolerance:.3g} %; now {after} (stopped: {why})"
     )
 
 
