@@ -71,6 +71,37 @@ def test_the_header_predicts_and_the_summary_says_what_it_took(
     assert_no_servers_left(pytester.path)
 
 
+THREE_LEVELS_ADJUSTED = """
+[[server]]
+name = "plain"
+model = "sim/qwen-moe"
+args = []
+
+[sweep]
+levels = [1, 2, 4]
+metrics = ["output_throughput"]
+adjust = "launch"
+baseline_repeat = 3
+launch_budget = 12
+"""
+
+
+@pytest.mark.parametrize(("sequential", "most"), [(True, 12), (False, 9)])
+def test_a_recording_that_adjusts_plans_for_the_launches_it_may_add(
+    pytester: pytest.Pytester, sequential: bool, most: int
+) -> None:
+    """Recording under the sequential rule with ``adjust``, launches are added while a later
+    run's first look would be too wide, up to ``launch_budget``: the header's maximum is then
+    the budget (12), not the fixed plan's 3 recording launches + 2 re-runs × 3 levels (9).
+    Nothing is launched: ``--collect-only``."""
+    suite = THREE_LEVELS_ADJUSTED + f"sequential = {str(sequential).lower()}\n"
+    pytester.makefile(".toml", llmperf=light(suite))
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    result = run(pytester, "--llmperf-update", "--collect-only", "--llmperf-baseline-repeat", "3")
+    (header,) = [line for line in result.outlines if line.startswith("llmperf: plan: ")]
+    assert header.startswith(f"llmperf: plan: 1 server × 3-{most} launches"), header
+
+
 AB_AND_SWEEP = """
 [[server]]
 name = "old"
