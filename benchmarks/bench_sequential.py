@@ -181,6 +181,8 @@ def main() -> None:
     ap.add_argument("--recordings", type=int, default=1,
                     help="recordings made, each its own baseline; the runs judge against the "
                     "first that added launches, else the last")  # fmt: skip
+    ap.add_argument("--until-grown", action="store_true",
+                    help="stop making recordings once one added launches")  # fmt: skip
     args = ap.parse_args()
     global LEVELS, SUITE
     if args.engine == "sglang":
@@ -238,6 +240,8 @@ def main() -> None:
                 raise SystemExit(1)
             if chosen is None and any(n.startswith("recording:") for n in rec["notes"]):
                 chosen = base
+                if args.until_grown:
+                    break
         base = chosen or base
         print(f"  the runs judge against {base.name}", flush=True)
         print(f"  passes a launch recorded: {sorted(recorded_passes(base))}", flush=True)
