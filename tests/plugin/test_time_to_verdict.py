@@ -71,19 +71,10 @@ def test_the_header_predicts_and_the_summary_says_what_it_took(
     assert_no_servers_left(pytester.path)
 
 
-THREE_LEVELS_ADJUSTED = """
-[[server]]
-name = "plain"
-model = "sim/qwen-moe"
-args = []
-
-[sweep]
-levels = [1, 2, 4]
-metrics = ["output_throughput"]
-adjust = "launch"
-baseline_repeat = 3
-launch_budget = 12
-"""
+# three levels: the fewest the launch-adjusted comparison needs
+THREE_LEVELS_ADJUSTED = TWO_LEVELS.replace("levels = [1, 4]", "levels = [1, 2, 4]") + (
+    'adjust = "launch"\nlaunch_budget = 12\n'
+)
 
 
 @pytest.mark.parametrize(("sequential", "most"), [(True, 12), (False, 9)])
