@@ -168,5 +168,7 @@ def test_under_xdist_the_plan_is_made_again_from_a_workers_collection(
     # this box's noise, not what this test is about)
     took = TOOK.search(result.stdout.str())
     assert took is not None, result.stdout.str()[-3000:]
-    assert took.group(3, 4) == re.search(r"about ([\d.]+)-([\d.]+) min", again[0]).group(1, 2)
+    planned = re.search(r"about ([\d.]+)-([\d.]+) min", again[0])
+    assert planned is not None, again[0]
+    assert took.group(3, 4) == planned.group(1, 2)
     assert_no_servers_left(pytester.path)
