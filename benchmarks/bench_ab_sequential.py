@@ -15,10 +15,11 @@ sd 15 %, within-run drift sd 10 %) with the drift redrawn every ``--drift-period
 Cases: unchanged; "new" 25 % slower at C=16 (``new: --sim-slowdown 9-16:1.362``, steps whose
 batch holds 9-16 requests take 1.362 times as long, calibrated to a 25.7 % drop of output
 throughput at C=16 as ``bench_sequential.py`` measured); "new" 10 % slower (``9-16:1.1266``,
-10.2 %). ``--passes N`` sets ``[[ab]] passes`` for the "after" procedure (``auto``: the
-plugin chooses, one pass for the simulator's 1 s launches; ``--load-time S`` makes every
-simulated launch really load for ``S`` seconds, ``--sim-load-time``, so that it has a start-up
-to choose from; the cost column then counts 300 s a launch instead of the ``S`` the wall holds).
+10.2 %). ``--passes N`` sets ``[[ab]] passes`` for the "after" procedure (``auto``, also
+when ``--passes`` is not given, the plugin's default: the plugin chooses, one pass for the
+simulator's 1 s launches; ``--load-time S`` makes every simulated launch really load for ``S``
+seconds, ``--sim-load-time``, so that it has a start-up to choose from; the cost column then
+counts 300 s a launch instead of the ``S`` the wall holds).
 Printed per procedure and case: runs with a false failure (any failed level, unchanged case),
 undecided (inconclusive) points, runs caught exactly (only C=16 failed), server launches per
 run (two a round, from ``ab.json``), wall time per run, and ``wall + launches x 300 s``: the
@@ -48,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-LEVELS = (1, 4, 16)
+LEVELS: tuple[int, ...] = (1, 4, 16)
 # the judgement both engines' suites end with
 AB = """
 [[ab]]
@@ -143,7 +144,9 @@ def main() -> None:
     ap.add_argument("--cases", default="unchanged,25,10")
     ap.add_argument("--procedures", default="before,after")
     ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
-    ap.add_argument("--passes", default="1", help="[[ab]] passes of 'after': a number, or auto")
+    ap.add_argument("--passes", default=None,
+                    help="[[ab]] passes of 'after': a number, or auto (unset: the plugin's "
+                    "default, auto)")  # fmt: skip
     ap.add_argument("--load-time", type=float, default=0.0,
                     help="--sim-load-time: seconds each simulated launch really loads")  # fmt: skip
     ap.add_argument("--engine", choices=("sim", "sglang"), default="sim")
@@ -167,7 +170,9 @@ def main() -> None:
              f"--sim-time-scale {args.time_scale}")  # fmt: skip
     if args.load_time:
         noise += f" --sim-load-time {args.load_time}"
-    passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
+    passes = None
+    if args.passes is not None:
+        passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
     cases: dict[str, str | None] = {
         "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise}; new: --sim-slowdown 9-16:1.362",
@@ -184,7 +189,7 @@ def main() -> None:
         suite = target / "llmperf.toml"
         for proc in args.procedures.split(","):
             spec = dict(PROCEDURES[proc])
-            if proc == "after" and passes != "1":
+            if proc == "after" and passes is not None:
                 spec["ab"] = f"passes = {passes}"
             for label in args.cases.split(","):
                 if args.engine == "sglang":
@@ -209,7 +214,8 @@ def main() -> None:
         if args.engine == "sim"
         else "real SGLang on this CPU, its own noise"
     )
-    print(f"{args.runs} runs each; 'after' with {args.passes} pass(es); {noise_said}; "
+    said_passes = "the default (auto)" if args.passes is None else args.passes
+    print(f"{args.runs} runs each; 'after' with passes = {said_passes}; {noise_said}; "
           f"cost = wall + launches x ({LAUNCH_COST_S:.0f} s - the {args.load_time:g} s load the "
           f"wall holds) (virtual, by arithmetic)")  # fmt: skip
     head = ("procedure", "case", "false fail", "undecided pts", "caught exactly", "launches/run",

@@ -22,10 +22,11 @@ steps 4/3 and 10/9 as long drop it by only 23.5 % and 8.9 %).
 
 ``--passes N`` records and judges with ``baseline_passes = N``: each launch measures its levels
 in N interleaved passes, and a launch-adjusted point is judged on its launches' median passes.
-``--passes auto`` leaves the choice to the plugin, which takes one pass for the simulator's 1 s
-launches; ``--load-time S`` makes every simulated launch really take ``S`` seconds to load
-(``--sim-load-time``), so that ``auto`` has a start-up to choose from (the cost column then
-counts 300 s a launch instead of the ``S`` the wall already holds).
+``--passes auto``, or no ``--passes`` (the plugin's default), leaves the choice to the plugin,
+which takes one pass for the simulator's 1 s launches; ``--load-time S`` makes every simulated
+launch really take ``S`` seconds to load (``--sim-load-time``), so that ``auto`` has a start-up
+to choose from (the cost column then counts 300 s a launch instead of the ``S`` the wall
+already holds).
 Printed per procedure and case: runs with a false failure (any failed point, unchanged case),
 undecided points, runs caught exactly (only C=16 failed), server launches per run (distinct
 launch ids in results.json) and wall time per run, and ``wall + launches x 300 s``: the cost of
@@ -174,7 +175,9 @@ def main() -> None:
     ap.add_argument("--cases", default="unchanged,25,10")
     ap.add_argument("--procedures", default="before,after")
     ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
-    ap.add_argument("--passes", default="1", help="baseline_passes: a number, or auto")
+    ap.add_argument("--passes", default=None,
+                    help="baseline_passes: a number, or auto (unset: the plugin's default, "
+                    "auto)")  # fmt: skip
     ap.add_argument("--load-time", type=float, default=0.0,
                     help="--sim-load-time: seconds each simulated launch really loads")  # fmt: skip
     ap.add_argument("--engine", choices=("sim", "sglang"), default="sim")
@@ -201,8 +204,8 @@ def main() -> None:
             .replace("{python}", json.dumps(python))
             .replace("{levels}", json.dumps(list(LEVELS)))
         )
-    passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
-    if passes != "1":
+    if args.passes is not None:
+        passes = json.dumps(args.passes) if args.passes == "auto" else str(int(args.passes))
         for lines in PROCEDURES.values():
             lines.append(f"baseline_passes = {passes}")
     noise = (f"--sim-noise gpu-shared --sim-drift-period {args.drift_period} "
