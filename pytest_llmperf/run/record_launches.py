@@ -1,22 +1,25 @@
 """A recording's launches: ``baseline_repeat`` of them, then one more at a time while the noise
-they recorded would leave a later run's first look unable to fail a regression of twice the
-tolerance because the recording was short, up to the launch budget.
+they recorded would leave a later run's last look unable to decide every point because the
+recording was short, up to the launch budget.
 
 A later run judges a launch-adjusted point with the residual spread its baseline recorded,
-pooled over the sweep's levels (``launch_adjust.pool_residuals``). When the recording's launches
-differ beyond what their passes explain (the F-test of ``pool_within``), that spread comes from
-the launch medians alone: three launches of three levels give it four degrees of freedom, and
-the first look's critical value is Student's t at four (about 5.5 where the normal gives 2.7).
-Every later run then pays for the recording's few launches, a look or more each. Measuring the
-recording's noise until it is known well enough is an internal pilot (Stein's two-stage
-procedure; Wittes & Brittain 1990): launches are added on the spread alone, never on a level's
-mean, so no verdict is steered by them. The rule: add a launch while
-``launch_adjust.first_look_margin`` of ``output_throughput`` exceeds its tolerance **and** one
-more launch would narrow it by at least ``GAIN`` (``next_launch_gain``; where the passes pooled
-into the noise its degrees of freedom are many, only the later run's own launches narrow the
-margin, and a launch more buys the recording about 6 %), while the config can be relaunched
-and ``planned_launches`` (``launch_budget``, ``time_budget``) allows another. From three
-launches of three levels with a launch effect that adds two (23 %, then 12 %).
+pooled over the sweep's levels (``launch_adjust.pool_residuals``), and its standard error
+keeps the recording's share however many launches the run adds: ``σ·√(1/k + 1/n)`` for ``k``
+launches against ``n`` recorded. So a short recording sets a floor under every later run; where
+the run's last look (``k`` = the launch budget) leaves more than a tolerance between its fail
+and its pass bound (``launch_adjust.last_look_gap``), a regression between the tolerance and
+twice it can end the budget undecided, or take every launch of it to fail. When the
+recording's launches differ beyond what their passes explain (the F-test of ``pool_within``),
+the spread comes from the launch medians alone, with few degrees of freedom, and Student's t
+widens that gap further. Measuring the recording's noise until it is known well enough is an
+internal pilot (Stein's two-stage procedure; Wittes & Brittain 1990): launches are added on
+the spread alone, never on a level's mean, so no verdict is steered by them. The rule: add a
+launch while ``last_look_gap`` of ``output_throughput`` exceeds ``(DETECT - 1)`` tolerances
+**and** one more launch would narrow it by at least ``GAIN`` (``next_launch_gain``), while the
+config can be relaunched and ``planned_launches`` (``launch_budget``, ``time_budget``) allows
+another. At a budget of 6 a launch more narrows the gap by about 10 %, 7 % and 5.5 % from
+three, four and five launches where the passes pooled into the noise, and by 13 %, 9 % and
+7 % where the launch medians alone are the noise.
 """
 
 from __future__ import annotations
@@ -31,17 +34,18 @@ from pytest_llmperf.run.plan_time import planned_launches
 from pytest_llmperf.run.recording import valid_samples
 from pytest_llmperf.run.sequential import launch_seconds
 from pytest_llmperf.verdicts.launch_adjust import (
-    first_look_margin,
+    last_look_gap,
     next_launch_gain,
     pool_residuals,
 )
+from pytest_llmperf.verdicts.sequential import DETECT
 from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 
 __all__ = ["GAIN", "METRIC", "record_launches", "recorded_noise"]
 
 METRIC = "output_throughput"  # whose recorded noise decides (as ``baseline_passes`` = auto's)
-GAIN = 0.10  # how much narrower a later first look's margin must get for another launch
+GAIN = 0.05  # how much narrower a later last look's gap must get for another launch
 
 Launches = Mapping[str, Mapping[int, Sequence[LevelResult]]]
 
@@ -82,10 +86,11 @@ def record_launches(
     says; each added launch measures the whole sweep in the same passes. The first launch's
     samples are noted with what was added and why."""
     by = run.ensure_launches(config, workload, levels, launches, passes, ratio)
-    first_margin: float | None = None
+    first_gap: float | None = None
     added = 0
     why = "launch_budget reached"
-    for _ in range(max(0, launch_budget - launches)):
+    # one turn more than the launches it may add, so that the last one added is judged too
+    for _ in range(max(0, launch_budget - launches) + 1):
         noise, k = recorded_noise(by, levels, workload, policy)
         if not run.can_relaunch(config):
             why = "the server cannot be relaunched"
@@ -93,17 +98,17 @@ def record_launches(
         if noise is None or k < launches:
             why = "a launch had no valid sample of some level"
             break
-        margin = first_look_margin(noise, k, launch_budget)
-        first_margin = margin if first_margin is None else first_margin
+        gap = last_look_gap(noise, k, launch_budget)
+        first_gap = gap if first_gap is None else first_gap
         seconds, used = launch_seconds(by)
-        if margin <= tolerance:
-            why = "within the tolerance"
-            break
-        if next_launch_gain(noise, k, launch_budget) < GAIN:
-            why = f"a launch more would narrow it by under {100 * GAIN:.0f} %"
+        if gap <= (DETECT - 1) * tolerance:
+            why = "every point decided by the last look"
             break
         if used >= planned_launches(launch_budget, time_budget_min, seconds / max(used, 1)):
             why = "launch_budget or time_budget reached"
+            break
+        if next_launch_gain(noise, k, launch_budget) < GAIN:
+            why = f"a launch more would narrow it by under {100 * GAIN:.0f} %"
             break
         before = len(by)
         by = run.ensure_launches(config, workload, levels, before + 1, passes, ratio)
@@ -113,14 +118,15 @@ def record_launches(
         added += 1
     if added:
         noise, k = recorded_noise(by, levels, workload, policy)
-        now = first_look_margin(noise, k, launch_budget) if noise is not None else None
-        _note(by, _added_text(added, k, first_margin, now, tolerance, why))
+        now = last_look_gap(noise, k, launch_budget) if noise is not None else None
+        _note(by, _added_text(added, k, launch_budget, first_gap, now, tolerance, why))
     return by
 
 
 def _added_text(
     added: int,
     launches: int,
+    budget: int,
     before: float | None,
     now: float | None,
     tolerance: float,
@@ -129,9 +135,10 @@ def _added_text(
     after = f"{100 * now:.1f} %" if now is not None else "unknown"
     return (
         f"recording: {added} launch{'es' if added != 1 else ''} added ({launches} valid in all): "
-        f"with the launches first recorded, a later run's first look would have judged "
-        f"{METRIC} with a margin of {100 * (before or 0.0):.1f} %, wider than the tolerance "
-        f"{100 * tolerance:.3g} %; now {after} (stopped: {why})"
+        f"with the launches first recorded, a later run's last look (launch {budget}) would "
+        f"have left {100 * (before or 0.0):.1f} % between its fail and pass bounds of {METRIC}, "
+        f"wider than the {100 * (DETECT - 1) * tolerance:.3g} % from the tolerance to "
+        f"{DETECT:g}x it; now {after} (stopped: {why})"
     )
 
 

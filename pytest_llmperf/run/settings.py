@@ -259,7 +259,8 @@ SETTINGS: tuple[Setting, ...] = (
         6,
         "most launches per config to decide (and [[ab]] rounds when it sets no rounds); a "
         "recording that adjusts adds launches beyond baseline_repeat up to it while its "
-        "noise is too wide for a later run's first look to fail twice the tolerance",
+        "noise would leave a later run's last look unable to decide a point between the "
+        "tolerance and twice it",
         **TEST,
     ),
     Setting(

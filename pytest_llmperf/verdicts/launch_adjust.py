@@ -45,7 +45,7 @@ __all__ = [
     "adjustable",
     "current_residuals",
     "decide_adjusted",
-    "first_look_margin",
+    "last_look_gap",
     "next_launch_gain",
     "launch_residuals",
     "median_variance",
@@ -281,35 +281,34 @@ def pool_residuals(summaries: Sequence[LaunchResidual]) -> LaunchNoise | None:
     )
 
 
-def first_look_margin(noise: LaunchNoise, recorded: int, looks: int) -> float:
-    """The launch-adjusted fail margin (``c_1·se``) a later run's first look will judge with:
-    one launch against the ``recorded`` ones, at ``noise`` (the residual spread pooled over
-    the sweep's levels), ``looks`` the launch budget. Where it exceeds the tolerance, even a
-    regression of twice the tolerance cannot fail at the first look."""
-    se = _first_look_sigma(noise) * math.sqrt(1 + 1 / max(1, recorded))
-    return _first_look(looks).critical(max(1, noise.launches - 1)) * se
+def last_look_gap(noise: LaunchNoise, recorded: int, looks: int) -> float:
+    """What a later run's last look leaves between its bounds, ``(c_K + p_K)·se_K``: ``K =
+    looks`` launches against the ``recorded`` ones, ``se_K = σ·√(1/K + 1/recorded)``, Student's
+    t at the recorded and the run's own degrees of freedom. Where it is at most ``(DETECT - 1)``
+    tolerances, every launch-adjusted point is decided by the budget's last look: a deficit
+    short of the fail bound lies under the pass bound. Wider, a regression between the
+    tolerance and twice it can end the budget undecided."""
+    look = Look(max(1, looks), max(1, looks)).share(1 - BACKSTOP_SHARE)
+    dof = max(1, noise.launches - 1) + max(1, looks) - 1
+    se = _sigma(noise) * math.sqrt(1 / max(1, looks) + 1 / max(1, recorded))
+    return (look.critical(dof) + look.critical_pass(dof)) * se
 
 
 def next_launch_gain(noise: LaunchNoise, recorded: int, looks: int) -> float:
-    """By how much one more recording launch would narrow ``first_look_margin`` (a fraction):
-    the noise's degrees of freedom grow by a recorded launch's share, ``dof / (recorded - 1)``
+    """By how much one more recording launch would narrow ``last_look_gap`` (a fraction): the
+    noise's degrees of freedom grow by a recorded launch's share, ``dof / (recorded - 1)``
     (what each launch after the first adds when the launch medians alone are the noise: ``L -
     1`` for ``L`` levels), and the baseline's mean gets one launch more; the spread is assumed
-    to stay. About 23 % from three launches to four where the launches differed beyond their
-    passes (Student's t from 4 degrees of freedom to 6), 6 % where the passes pooled into the
-    noise (22 degrees of freedom and more)."""
+    to stay. At a budget of 6, from three launches to four: about 13 % where the launches
+    differed beyond their passes (4 degrees of freedom to 6), 10 % where the passes pooled into
+    the noise (its degrees of freedom many, so only ``1/recorded`` narrows); then 7 % and
+    5.5 % in the pooled case."""
     dof = max(1, noise.launches - 1)
     grown = LaunchNoise(noise.sd, dof + 1 + round(dof / max(1, recorded - 1)))
-    return 1 - first_look_margin(grown, recorded + 1, looks) / first_look_margin(
-        noise, recorded, looks
-    )
+    return 1 - last_look_gap(grown, recorded + 1, looks) / last_look_gap(noise, recorded, looks)
 
 
-def _first_look(looks: int) -> Look:
-    return Look(1, max(1, looks)).share(1 - BACKSTOP_SHARE)
-
-
-def _first_look_sigma(noise: LaunchNoise) -> float:
+def _sigma(noise: LaunchNoise) -> float:
     return max(noise.sd, NoiseRule().noise_floor)
 
 
