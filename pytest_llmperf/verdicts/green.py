@@ -96,7 +96,8 @@ def paired_green_means(res: PairedResult, decided_after: int | None = None) -> s
     """The same sentence for an A/B point: "pass: no regression larger than 6.1 % in
     output_throughput at C=64 (n=3 paired rounds, decided after 3 of 6 rounds)". The bound is
     the worse end of the interval the verdict used (``PairedResult.missable``): at a
-    sequential look the pass side's, else the confidence interval's."""
+    sequential look the pass side's, else the confidence interval's. Where that end is itself a
+    gain the sentence says so rather than print a negative bound."""
     where = f"at C={res.concurrency}"
     parts = [f"n={res.rounds} paired round{'s' if res.rounds != 1 else ''}"]
     if res.adjusted:
@@ -113,8 +114,14 @@ def paired_green_means(res: PairedResult, decided_after: int | None = None) -> s
     change = f"{res.metric} {100 * res.change:+.1f} %"
     bound = _pct(res.missable) if res.missable is not None else None
     if res.verdict == Verdict.PASS:
-        if bound is None:
+        if res.missable is None:
             return f"pass {where}{n}"
+        if res.missable < 0:  # even the worse end of the interval is a speed-up
+            gain = _pct(-res.missable)
+            return (
+                f"pass: no regression in {res.metric} {where}{n}; even the worse end of the "
+                f"interval is a gain of {gain}"
+            )
         return f"pass: no regression larger than {bound} in {res.metric} {where}{n}"
     if res.verdict == Verdict.INCONCLUSIVE:
         tail = f"; a regression up to {bound} is not ruled out" if bound is not None else ""

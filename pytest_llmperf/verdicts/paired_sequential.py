@@ -113,8 +113,11 @@ def judge_paired_look(
         )
     elif verdict == Verdict.PASS:
         text += (
-            f": no regression larger than {max(missable, 0) * 100:.1f} % (a regression of "
-            f"{DETECT:g}x the tolerance is ruled out), decided {rounds}"
+            f": no regression larger than {missable * 100:.1f} % (a regression of {DETECT:g}x "
+            f"the tolerance is ruled out), decided {rounds}"
+            if missable >= 0  # else even the worse end of the interval is a speed-up
+            else f": no regression, even the worse end of the interval is a gain of "
+            f"{-missable * 100:.1f} %, decided {rounds}"
         )
     else:
         text += f": undecided {rounds}"

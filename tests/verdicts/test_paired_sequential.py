@@ -44,6 +44,17 @@ def test_an_unchanged_pair_passes_early_and_says_what_it_rules_out() -> None:
     assert "in output_throughput at C=16 (n=2 paired rounds, decided after 2 of 6 rounds)" in green
 
 
+def test_a_clear_gain_passes_without_a_negative_bound() -> None:
+    r = judge([math.log(1.10), math.log(1.102)], 1)  # 10 % faster, twice over
+    assert r.verdict == Verdict.PASS and r.missable is not None and r.missable < 0
+    assert "no regression, even the worse end of the interval is a gain of " in r.message
+    green = paired_green_means(r, 2)
+    assert green.startswith("pass: no regression in output_throughput at C=16 (n=2 paired")
+    gain = float(green.rsplit("a gain of ", 1)[1].removesuffix(" %"))
+    assert 0 < gain < 10.2 and gain == pytest.approx(-100 * r.missable, abs=0.05)
+    assert "-" not in green.split("(")[0] and "larger than -" not in green
+
+
 def test_a_borderline_change_stays_undecided_until_the_budget() -> None:
     rng = np.random.default_rng(3)
     d = list(math.log(0.92) + rng.normal(0, 0.03, 6))  # between 1 and 2 tolerances, noisy
