@@ -49,7 +49,9 @@ def test_the_setting_takes_auto_or_a_positive_count() -> None:
     [
         (None, 10.0, 1),  # attached: the start-up is unknown
         (0.5, 10.0, 1),  # the simulator
-        (23.0, 1.0, 1),  # real SGLang on a CPU: under 30 s a launch is cheap
+        (1.9, 1.0, 1),  # a launch dearer than a pass, but under two: cheap
+        (2.1, 1.0, 3),  # 2 x sqrt(2.1) = 2.9
+        (26.0, 1.6, AUTO_MAX_PASSES),  # real SGLang on a CPU: 2 x sqrt(16) = 8
         (300.0, 60.0, 4),  # 2 x sqrt(5) = 4.5
         (120.0, 30.0, 4),  # 2 x sqrt(4)
         (600.0, 20.0, AUTO_MAX_PASSES),  # 2 x sqrt(30) = 11: capped
