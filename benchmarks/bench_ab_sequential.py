@@ -132,8 +132,10 @@ def pytest_run(target: Path, out: Path, sim: str | None) -> dict:
     rounds = max((len(p["order"]) for p in points), default=0)
     adjusted = sum(bool(p.get("adjusted")) for p in points)
     passes = max((p.get("passes") or 1 for p in points), default=0)
+    said = [f"C={p['concurrency']}: {p['message']}" for p in points if p["verdict"] != "pass"]
     return {"verdicts": verdicts, "launches": 2 * rounds, "adjusted": adjusted, "wall": wall,
-            "passes": passes, "rc": proc.returncode, "tail": proc.stdout[-3000:]}  # fmt: skip
+            "passes": passes, "rc": proc.returncode, "tail": proc.stdout[-3000:],
+            "said": said}  # fmt: skip
 
 
 def main() -> None:
@@ -143,7 +145,11 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=4.0, help="--sim-time-scale")
     ap.add_argument("--cases", default="unchanged,25,10")
     ap.add_argument("--procedures", default="before,after")
-    ap.add_argument("--verbose", action="store_true", help="print the end of odd runs")
+    ap.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print what each point that did not pass said, and the end of odd runs",
+    )
     ap.add_argument("--passes", default=None,
                     help="[[ab]] passes of 'after': a number, or auto (unset: the plugin's "
                     "default, auto)")  # fmt: skip
@@ -205,8 +211,11 @@ def main() -> None:
                           f"launches, {r['passes']} passes, {r['adjusted']} adjusted, "
                           f"{r['verdicts']}",
                           flush=True)  # fmt: skip
-                    if args.verbose and (r["rc"] not in (0, 1) or len(r["verdicts"]) < 3):
-                        print(r["tail"], flush=True)
+                    if args.verbose:
+                        for line in r["said"]:
+                            print(f"    {line}", flush=True)
+                        if r["rc"] not in (0, 1) or len(r["verdicts"]) < len(LEVELS):
+                            print(r["tail"], flush=True)
                 rows.append((proc, label, runs))
     print()
     noise_said = (
