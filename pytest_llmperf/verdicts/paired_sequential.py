@@ -70,8 +70,9 @@ def judge_paired_look(
     passes: int = 1,
 ) -> PairedResult:
     """The sequential verdict on ``d`` at ``look`` (module docstring). The interval reported
-    is the usual ``confidence`` CI, for the table; the verdict is the look's. ``missable``: the
-    largest regression this look rules out (as a relative change), what a pass means.
+    is the usual ``confidence`` CI on the noise the look uses, for the table; the verdict is
+    the look's. ``missable``: the largest regression this look rules out (as a relative
+    change), what a pass means.
     ``noise``: a round's spread known to more degrees of freedom than ``d``'s own ``n - 1``
     (``ABRun.noise``: pooled over levels, or with the rounds' ``passes``), used in its place."""
     if not 0 <= tolerance < 1:
@@ -82,8 +83,8 @@ def judge_paired_look(
                             concurrency=concurrency, tolerance=tolerance, confidence=confidence,
                             adjusted=adjusted)  # fmt: skip
     higher_better = metric(metric_name).direction == "higher"
-    m, lo, hi = mean_ci(d, confidence)
     sd, dof = (statistics.stdev(d), n - 1) if noise is None else (noise.sd, noise.launches - 1)
+    m, lo, hi = mean_ci(d, confidence, (sd, dof))
     se = sd / math.sqrt(n)
     x = -m if higher_better else m
     c_k, p_k = look.critical(dof), look.critical_pass(dof)
