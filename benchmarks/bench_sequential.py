@@ -41,7 +41,8 @@ one request of four waits while C=1 and C=2 are untouched; caught exactly means 
 failed. ``cap7`` (``--max-running-requests 7``; the sweep then has a level of 8, recording
 included) queues one request of eight at C=8: a smaller drop (a standalone client measured
 C=7 5-19 % below C=8 on this CPU). The drop each makes is whatever this CPU gives, printed
-per run from the fail message.
+per run from the fail message; every point that did not pass prints what it said.
+``--launch-budget N`` sets ``launch_budget`` for the recording and the runs alike.
 
     python benchmarks/bench_sequential.py --runs 3
     LLMPERF_SGLANG_PYTHON=.../venv/bin/python python benchmarks/bench_sequential.py \
