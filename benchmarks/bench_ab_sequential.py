@@ -28,9 +28,10 @@ by arithmetic, the simulator does not wait for it.
 
 ``--engine sglang`` runs both sides on the real SGLang server on this CPU instead
 (``LLMPERF_SGLANG_PYTHON``, sglang-cpu.sh's venv; 32 in / 16 out), with the noise this box
-gives. Its cases: ``unchanged``; ``cap3``, "new" launched with ``--max-running-requests 3`` at
-levels 1, 2, 4 (C=4 queues one request of four); ``cap7``, ``--max-running-requests 7`` with
-a level of 8 added (one request of eight queues). Caught exactly: only the capped level failed.
+gives. Its cases: ``unchanged`` and caps on running requests (``real_cases.py``): ``cap3``,
+"new" launched with ``--max-running-requests 3`` at levels 1, 2, 4 (C=4 queues one request of
+four); ``capK`` queues one request at C=K+1 and ``capK@L`` L-K at C=L, that level added.
+Caught exactly: only the capped level failed.
 
     python benchmarks/bench_ab_sequential.py --runs 5
     LLMPERF_SGLANG_PYTHON=.../venv/bin/python python benchmarks/bench_ab_sequential.py \
@@ -49,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import real_cases
+
 LEVELS: tuple[int, ...] = (1, 4, 16)
 # the judgement both engines' suites end with
 AB = """
@@ -59,7 +62,7 @@ tolerance = 0.05
 {ab}
 """
 # the level each case slows (caught exactly: only it failed)
-SLOW_AT = {"25": 16, "10": 16, "cap3": 4, "cap7": 8}
+SLOW_AT = {"25": 16, "10": 16}
 SUITE = (
     """
 [[server]]
@@ -103,10 +106,6 @@ metrics = ["output_throughput"]
 """
     + AB
 )
-FLAGS = {
-    "cap3": ', "--max-running-requests", "3"',
-    "cap7": ', "--max-running-requests", "7"',
-}
 PROCEDURES = {
     "before": {"sweep": "sequential = false", "ab": 'adjust = "none"\nrounds = 4'},
     "after": {"sweep": "", "ab": ""},
@@ -166,9 +165,8 @@ def main() -> None:
         if args.cases == ap.get_default("cases"):
             args.cases = "unchanged,cap3"
         names = args.cases.split(",")
-        if not set(names) <= {"unchanged", "cap3", "cap7"}:
-            raise SystemExit("--engine sglang has the cases unchanged, cap3 and cap7")
-        LEVELS = (1, 2, 4, 8) if "cap7" in names else (1, 2, 4)
+        LEVELS = real_cases.levels(names)
+        SLOW_AT.update({n: real_cases.slow_at(n) for n in names if n != "unchanged"})
         model = json.dumps(str(Path(python).parent.parent.parent / "model32k"))
         server = REAL_SERVER.replace("{model}", model).replace("{python}", json.dumps(python))
         sweep = REAL_SWEEP.replace("{levels}", json.dumps(list(LEVELS)))
@@ -183,9 +181,9 @@ def main() -> None:
         "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise}; new: --sim-slowdown 9-16:1.362",
         "10": f"{noise}; new: --sim-slowdown 9-16:1.1266",
-        "cap3": None,  # the real server; "new" launched with FLAGS["cap3"]
-        "cap7": None,
-    }
+    }  # a real-server case: None, "new" launched with real_cases' flags
+    if args.engine == "sim" and not set(args.cases.split(",")) <= set(cases):
+        raise SystemExit(f"--cases: the simulator's cases are {', '.join(cases)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -199,13 +197,13 @@ def main() -> None:
                 spec["ab"] = f"passes = {passes}"
             for label in args.cases.split(","):
                 if args.engine == "sglang":
-                    extra = FLAGS.get(label, "")
+                    extra = real_cases.flags(label)
                     suite_text = (server.format(name="old", extra="")
                                   + server.format(name="new", extra=extra) + sweep)  # fmt: skip
                 suite.write_text(suite_text.format(**spec))
                 runs = []
                 for i in range(args.runs):
-                    r = pytest_run(target, root / f"{proc}-{label}-{i}", cases[label])
+                    r = pytest_run(target, root / f"{proc}-{label}-{i}", cases.get(label))
                     runs.append(r)
                     print(f"  {proc} {label} run {i + 1}: {r['wall']:.0f} s, {r['launches']} "
                           f"launches, {r['passes']} passes, {r['adjusted']} adjusted, "

@@ -35,13 +35,13 @@ arithmetic, the simulator does not wait for it.
 
 ``--engine sglang`` runs on the real SGLang server on this CPU instead
 (``LLMPERF_SGLANG_PYTHON``; levels 1, 2, 4 of 32 in / 16 out), with the noise this box gives.
-Its cases are ``unchanged`` and ``cap3``: the judged runs launch the server with
-``--max-running-requests 3`` (the cap speculative decoding brings, on a small scale), so at C=4
-one request of four waits while C=1 and C=2 are untouched; caught exactly means only C=4
-failed. ``cap7`` (``--max-running-requests 7``; the sweep then has a level of 8, recording
-included) queues one request of eight at C=8: a smaller drop (a standalone client measured
-C=7 5-19 % below C=8 on this CPU). The drop each makes is whatever this CPU gives, printed
-per run from the fail message; every point that did not pass prints what it said.
+Its cases are ``unchanged`` and caps on running requests (``real_cases.py``): ``cap3``
+launches the judged runs' server with ``--max-running-requests 3`` (the cap speculative decoding
+brings, on a small scale), so at C=4 one request of four waits while C=1 and C=2 are untouched;
+caught exactly means only C=4 failed. ``capK`` queues one request at C=K+1 and ``capK@L`` L-K at
+C=L; the sweep then has that level too, recording included. The drop each makes is whatever
+this CPU gives, printed per run from the fail message; every point that did not pass prints
+what it said.
 ``--launch-budget N`` sets ``launch_budget`` for the recording and the runs alike.
 
     python benchmarks/bench_sequential.py --runs 3
@@ -61,9 +61,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import real_cases
+
 LEVELS: tuple[int, ...] = (1, 4, 16)
 # the level each case slows (caught exactly: only it failed)
-SLOW_AT = {"25": 16, "10": 16, "cap3": 4, "cap7": 8}
+SLOW_AT = {"25": 16, "10": 16}
 SUITE = """
 [[server]]
 name = "plain"
@@ -103,11 +105,6 @@ PROCEDURES = {
 }
 LAUNCH_COST_S = 300.0
 NOTED = ("baseline_passes = auto", "recording:")  # what a recording says it chose
-# ``--engine sglang``'s cases: server flags the judged runs add to the recorded ones
-FLAGS = {
-    "cap3": ', "--max-running-requests", "3"',
-    "cap7": ', "--max-running-requests", "7"',
-}
 
 
 def pytest_run(target: Path, base: Path, out: Path, sim: str | None, *, update: bool) -> dict:
@@ -196,10 +193,9 @@ def main() -> None:
         model = str(Path(python).parent.parent.parent / "model32k")
         if args.cases == ap.get_default("cases"):
             args.cases = "unchanged,cap3"
-        if not set(args.cases.split(",")) <= {"unchanged", "cap3", "cap7"}:
-            raise SystemExit("--engine sglang has the cases unchanged, cap3 and cap7")
-        # cap7 needs a level of 8 (one request of eight queues); the recording holds every level
-        LEVELS = (1, 2, 4, 8) if "cap7" in args.cases.split(",") else (1, 2, 4)
+        names = args.cases.split(",")
+        LEVELS = real_cases.levels(names)  # the recording holds every case's level
+        SLOW_AT.update({n: real_cases.slow_at(n) for n in names if n != "unchanged"})
         SUITE = (
             SUITE_REAL.replace("{model}", json.dumps(model))
             .replace("{python}", json.dumps(python))
@@ -220,9 +216,9 @@ def main() -> None:
         "unchanged": noise if args.engine == "sim" else None,
         "25": f"{noise} --sim-slowdown 9-16:1.362",
         "10": f"{noise} --sim-slowdown 9-16:1.1266",
-        "cap3": None,  # the real server, launched with FLAGS["cap3"]
-        "cap7": None,
-    }
+    }  # a real-server case: None, its flags from real_cases
+    if args.engine == "sim" and not set(args.cases.split(",")) <= set(cases):
+        raise SystemExit(f"--cases: the simulator's cases are {', '.join(cases)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -255,11 +251,14 @@ def main() -> None:
         for proc in args.procedures.split(","):
             for label in args.cases.split(","):
                 suite.write_text(
-                    SUITE.format(lines="\n".join(PROCEDURES[proc]), extra=FLAGS.get(label, ""))
+                    SUITE.format(
+                        lines="\n".join(PROCEDURES[proc]),
+                        extra=real_cases.flags(label) if args.engine == "sglang" else "",
+                    )
                 )
                 runs = []
                 for i in range(args.runs):
-                    r = pytest_run(target, base, root / f"{proc}-{label}-{i}", cases[label],
+                    r = pytest_run(target, base, root / f"{proc}-{label}-{i}", cases.get(label),
                                    update=False)  # fmt: skip
                     runs.append(r)
                     print(f"  {proc} {label} run {i + 1}: {r['wall']:.0f} s, {r['launches']} "
