@@ -133,7 +133,7 @@ def pytest_run(target: Path, out: Path, sim: str | None) -> dict:
     passes = max((p.get("passes") or 1 for p in points), default=0)
     said = [f"C={p['concurrency']}: {p['message']}" for p in points if p["verdict"] != "pass"]
     return {"verdicts": verdicts, "launches": 2 * rounds, "adjusted": adjusted, "wall": wall,
-            "passes": passes, "rc": proc.returncode, "tail": proc.stdout[-3000:],
+            "passes": passes, "rc": proc.returncode, "tail": (proc.stdout + proc.stderr)[-3000:],
             "said": said}  # fmt: skip
 
 

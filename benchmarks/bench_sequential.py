@@ -140,8 +140,9 @@ def pytest_run(target: Path, base: Path, out: Path, sim: str | None, *, update: 
                 levels += reps
             launches |= {lv["launch"] for lv in levels if lv.get("launch")}
             notes |= {n for lv in levels for n in lv.get("notes", []) if n.startswith(NOTED)}
+    tail = (proc.stdout + proc.stderr)[-3000:]  # a session that never started says why on stderr
     return {"verdicts": verdicts, "launches": len(launches), "wall": wall, "rc": proc.returncode,
-            "tail": proc.stdout[-3000:], "said": said, "notes": sorted(notes)}  # fmt: skip
+            "tail": tail, "said": said, "notes": sorted(notes)}  # fmt: skip
 
 
 def recorded_passes(base: Path) -> set[int]:
