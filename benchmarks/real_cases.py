@@ -3,8 +3,9 @@
 ``capK`` launches the judged server with ``--max-running-requests K`` and slows level K+1, where
 one request queues; ``capK@L`` slows level L instead (L-K requests queue). The sweep holds
 levels 1, 2, 4 and every case's level, recording included, so the levels a cap leaves alone are
-there to be wrongly failed. What a cap costs its level is whatever the CPU gives; on this 2-core
-box one queued request cost C=K+1 about 15-25 %, and ``cap9@12`` about 10 % (below).
+there to be wrongly failed. What a cap costs its level is whatever the CPU gives: on a 2-core
+box one queued request cost C=K+1 about 15-30 % (cap3, cap7), and cap9@12 6-25 %, a drop near
+10 % (docs/gates-and-ab.md, "Passes").
 """
 
 from __future__ import annotations
