@@ -164,7 +164,9 @@ def ab_table(points: Sequence[ABPoint], *, tablefmt: str = "simple") -> str:
         return ""
     metric = points[0].metric if len({p.metric for p in points}) == 1 else "metric"
     headers = ["ab", "C", "rounds", f"reference {metric}", f"candidate {metric}"]
-    headers += ["change", f"{points[0].confidence * 100:g} % CI", "A/A band", "verdict"]
+    ci = f"{points[0].confidence * 100:g} % CI"
+    ci += " (any stop)" if any(p.budget is not None for p in points) else ""  # sequential
+    headers += ["change", ci, "A/A band", "verdict"]
     headers += ["accuracy"] if any(p.accuracy for p in points) else []
     if any(p.consistency is not None for p in points):
         headers.append("greedy outputs")

@@ -83,22 +83,17 @@ def log_ratios(candidate: Sequence[float], reference: Sequence[float]) -> list[f
 
 
 def mean_ci(
-    values: Sequence[float],
-    confidence: float = DEFAULT_CONFIDENCE,
-    noise: tuple[float, int] | None = None,
+    values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
 ) -> tuple[float, float, float]:
-    """Mean and the two-sided t confidence interval of the mean (``n >= 2``). ``noise``: a
-    value's spread and its degrees of freedom where they are known better than from
-    ``values`` alone (pooled over levels or passes), so the interval says what the verdict
-    that rests on them says."""
+    """Mean and the two-sided t confidence interval of the mean (``n >= 2``)."""
     n = len(values)
     if n < 2:
         raise InputError(f"a confidence interval needs at least 2 rounds, got {n}")
     if not 0 < confidence < 1:
         raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
     m = statistics.fmean(values)
-    sd, dof = (statistics.stdev(values), n - 1) if noise is None else noise
-    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2, dof)) * sd / math.sqrt(n)
+    half = float(_scipy_stats.t.ppf(0.5 + confidence / 2, n - 1)) * statistics.stdev(values)
+    half /= math.sqrt(n)
     return m, m - half, m + half
 
 

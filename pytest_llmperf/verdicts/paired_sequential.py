@@ -38,10 +38,9 @@ from pytest_llmperf.verdicts.paired import (
     PairedResult,
     describe_change,
     judge_paired,
-    mean_ci,
     pct,
 )
-from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, DETECT, Look
+from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, DETECT, Look, look_critical
 from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -70,9 +69,11 @@ def judge_paired_look(
     passes: int = 1,
 ) -> PairedResult:
     """The sequential verdict on ``d`` at ``look`` (module docstring). The interval reported
-    is the usual ``confidence`` CI on the noise the look uses, for the table; the verdict is
-    the look's. ``missable``: the largest regression this look rules out (as a relative
-    change), what a pass means.
+    is a ``confidence`` CI valid wherever the rounds stop: each end spends
+    ``(1 - confidence) / 2`` over the looks as ``c_k`` does (at 95 %, its worse end is the fail
+    bound), so it holds at an early stop, where the fixed-sample CI is too narrow (the rule
+    stops early when the change happens to look large). ``missable``: the largest regression
+    this look rules out (as a relative change), what a pass means.
     ``noise``: a round's spread known to more degrees of freedom than ``d``'s own ``n - 1``
     (``ABRun.noise``: pooled over levels, or with the rounds' ``passes``), used in its place."""
     if not 0 <= tolerance < 1:
@@ -84,8 +85,11 @@ def judge_paired_look(
                             adjusted=adjusted)  # fmt: skip
     higher_better = metric(metric_name).direction == "higher"
     sd, dof = (statistics.stdev(d), n - 1) if noise is None else (noise.sd, noise.launches - 1)
-    m, lo, hi = mean_ci(d, confidence, (sd, dof))
-    se = sd / math.sqrt(n)
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
+    m, se = statistics.fmean(d), sd / math.sqrt(n)
+    half = look_critical(min(look.k, look.looks), look.looks, dof, (1 - confidence) / 2) * se
+    lo, hi = m - half, m + half
     x = -m if higher_better else m
     c_k, p_k = look.critical(dof), look.critical_pass(dof)
     if x - c_k * se > _log_tolerance(tolerance, higher_better):
@@ -103,7 +107,7 @@ def judge_paired_look(
         how += f"noise sd {sd * 100:.1f} % on {dof} degrees of freedom, "
     text = (
         f"{describe_change(metric_name, change, candidate, reference)} at C={concurrency} "
-        f"(paired over {n} rounds{of}, {how}{confidence * 100:g} % CI "
+        f"(paired over {n} rounds{of}, {how}{confidence * 100:g} % CI valid at any stop "
         f"{pct(math.exp(lo) - 1)} \u2026 {pct(math.exp(hi) - 1)} %)"
     )
     sign = "-" if higher_better else "+"

@@ -42,6 +42,7 @@ def test_an_unchanged_ab_stops_at_the_first_look() -> None:
     assert point.green_means is not None
     assert point.green_means.startswith("pass: no regression larger than 0.0 % in ")
     assert "what green means" in ab_markdown([point]) and "2 of 6" in ab_table([point])
+    assert "95 % CI (any stop)" in ab_table([point])  # the look's interval, not a fixed one
     props: list[tuple[str, str]] = []
     ABCheck(abr, 1, on_properties=props.extend).evaluate()  # JUnit, as a baseline point's
     assert dict(props)["llmperf.green_means"].startswith("pass: no regression larger than")

@@ -72,6 +72,7 @@ def test_a_round_that_stays_invalid_is_left_out_with_its_reason() -> None:
     point = ab_point(abr, res)
     assert point.candidate_values == [800.0, None, 800.0, 800.0]
     assert "800.0" in ab_table([point])  # the table's mean is over the valid rounds
+    assert "95 % CI " in ab_table([point]) and "(any stop)" not in ab_table([point])  # fixed
 
 
 def test_too_few_valid_rounds_is_invalid_not_a_verdict() -> None:

@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from pytest_llmperf.verdicts.green import paired_green_means
-from pytest_llmperf.verdicts.paired import judge_paired, remove_launch_factor
+from pytest_llmperf.verdicts.paired import judge_paired, mean_ci, remove_launch_factor
 from pytest_llmperf.verdicts.paired_sequential import (
     choose_adjust,
     judge_paired_look,
@@ -58,23 +59,43 @@ def test_a_clear_gain_passes_without_a_negative_bound() -> None:
 
 def test_the_interval_rests_on_the_noise_that_decided() -> None:
     # Real SGLang, cap7 at C=8: 18.8 % slower over two rounds of 8 passes, decided on the noise
-    # pooled over levels and passes (sd 4.9 % on 45 degrees of freedom), while the interval
-    # printed beside it came from the two rounds' own spread on 1 degree of freedom:
-    # "95 % CI -62.7 ... +77.0 %", which reads as "could be anything" beside a fail.
+    # pooled over levels and passes (sd 4.9 % on 45 degrees of freedom); the interval beside
+    # it must rest on that noise too, not on the two rounds' own spread on 1 degree of freedom.
     m, own_se = math.log(0.8125), 0.06128
     d = [m - own_se, m + own_se]
     own = judge(d, 1)  # no pooled noise: the rounds' own spread
-    assert f"{own.ci_low * 100:.1f} {own.ci_high * 100:.1f}" == "-62.7 77.0"
-    assert own.verdict == Verdict.INCONCLUSIVE
+    assert own.verdict == Verdict.INCONCLUSIVE and own.ci_low < -0.9 and own.ci_high > 10
     r = judge(d, 1, noise=LaunchNoise(sd=0.049, launches=46), adjusted=True, passes=8)
     assert r.verdict == Verdict.FAIL
-    half = 2.0141 * 0.049 / math.sqrt(2)  # Student's t at 97.5 % on 45 degrees of freedom
-    assert r.ci_low == pytest.approx(0.8125 * math.exp(-half) - 1, abs=1e-3)
-    assert r.ci_high == pytest.approx(0.8125 * math.exp(half) - 1, abs=1e-3)
+    # look 1 of 5: each end spends 2.5 % / 5 of Student's t on 45 degrees of freedom
+    half = float(scipy_stats.t.isf(0.025 / 5, 45)) * 0.049 / math.sqrt(2)
+    assert r.ci_low == pytest.approx(0.8125 * math.exp(-half) - 1, abs=1e-4)
+    assert r.ci_high == pytest.approx(0.8125 * math.exp(half) - 1, abs=1e-4)
     assert r.ci_high < -0.05  # the whole interval beyond the tolerance, as the verdict says
-    assert "noise sd 4.9 % on 45 degrees of freedom, 95 % CI -24.2 \u2026 -12.9 %" in (
-        r.message.replace("\u2212", "-")
+    assert (
+        "noise sd 4.9 % on 45 degrees of freedom, 95 % CI valid at any stop -26.0 \u2026 "
+        "-10.8 %" in r.message.replace("\u2212", "-")
     )
+
+
+def test_the_interval_holds_where_the_rounds_stop() -> None:
+    # A true 10 % drop, round noise sd 6 %, budget 6: stopping at the first decisive look
+    # picks the rounds whose change looks largest, so a fixed-sample 95 % CI read there misses
+    # the true change more often than 5 %; the interval the look reports does not.
+    rng = np.random.default_rng(11)
+    true, sd, budget, runs = math.log(0.90), 0.06, 6, 2000
+    missed = missed_fixed = 0
+    for _ in range(runs):
+        d = list(true + rng.normal(0, sd, budget))
+        for n in range(2, budget + 1):
+            r = judge(d[:n], n - 1, budget)
+            if r.verdict != Verdict.INCONCLUSIVE or n == budget:
+                break
+        missed += not r.ci_low <= 0.90 - 1 <= r.ci_high
+        _, lo, hi = mean_ci(d[:n])
+        missed_fixed += not math.exp(lo) - 1 <= 0.90 - 1 <= math.exp(hi) - 1
+    assert missed / runs <= 0.05
+    assert missed_fixed / runs > 0.05  # the failure the look's interval exists to avoid
 
 
 def test_a_borderline_change_stays_undecided_until_the_budget() -> None:
