@@ -139,12 +139,16 @@ class Decision:
                 f"about {self.repeats_needed} launches would settle it; raise launch_budget "
                 f"(--llmperf-launch-budget) to at least {self.repeats_needed}"
             )
+        # A stored baseline carries the runner's noise between its day and today; a same-job
+        # A/B pairs both sides minutes apart (on real SGLang it caught the ~10 % drop a
+        # stored baseline left undecided, docs/gates-and-ab.md).
+        ab = "; to gate a change this small, compare old and new in the same job ([[ab]])"
         if adjusted and launch_effect:  # the launches differ: only more of them average that
             return head + (
                 "more launches within any budget would not settle it: the recorded launches "
                 "differ beyond their passes' noise, so record the baseline with more launches "
                 "(baseline_repeat, or a larger launch_budget while recording) or widen the "
-                "tolerance"
+                "tolerance" + ab
             )
         return head + (
             "more launches within any budget would not settle it: record the baseline with "
@@ -152,6 +156,7 @@ class Decision:
             # launch-adjusted, what is left moved within the launch: passes average it there
             + (" or in more passes a launch (baseline_passes)," if adjusted else "")
             + " or widen the tolerance"
+            + ab
         )
 
     def advice(

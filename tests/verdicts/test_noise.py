@@ -85,6 +85,34 @@ def test_inconclusive_advice_for_an_attached_server_never_says_relaunch() -> Non
     )
 
 
+def test_sequential_advice_names_what_each_undecided_point_can_use() -> None:
+    """At a look: more launches where they would settle it; else a better recording, or the
+    same-job A/B, which pairs both sides instead of carrying the runner's noise across days."""
+    from pytest_llmperf.verdicts.sequential import Look
+    from pytest_llmperf.verdicts.stats import Decision
+
+    def at_look(**kw: object) -> Decision:
+        return Decision("inconclusive", False, 0.08, 0.05, 0.06, 0.17, "margin", 6, 6,
+                        n_launches_current=6, look=Look(6, 6), **kw)  # type: ignore[arg-type]  # fmt: skip
+
+    settles = at_look(repeats_needed=9).advice()
+    assert settles.startswith(
+        "inconclusive after 6 launches (noise margin 17.0 %, sequential rule at look 6 of 6): "
+    )
+    assert "raise launch_budget (--llmperf-launch-budget) to at least 9" in settles
+    assert "[[ab]]" not in settles  # more launches of this run would do
+    plain = at_look().advice()
+    effect = at_look().advice(adjusted=True, launch_effect=True)
+    passes = at_look().advice(adjusted=True)
+    assert "with more launches (baseline_repeat) or widen the tolerance;" in plain
+    assert "recorded launches differ beyond their passes' noise" in effect
+    assert "baseline_passes" in passes and "baseline_passes" not in effect
+    for text in (plain, effect, passes):
+        assert text.endswith("compare old and new in the same job ([[ab]])")
+    attached = at_look().advice(attached=True)
+    assert attached.endswith("an attached server is never relaunched; widen the tolerance")
+
+
 def test_point_that_cannot_resolve_its_tolerance_is_inconclusive_with_mde() -> None:
     dec = decide(
         100.0, base_mean=100.0, base_std=15.0, base_n=3, base_launches=3,
