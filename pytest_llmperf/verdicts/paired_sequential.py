@@ -40,7 +40,7 @@ from pytest_llmperf.verdicts.paired import (
     judge_paired,
     pct,
 )
-from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, DETECT, Look, look_critical
+from pytest_llmperf.verdicts.sequential import BACKSTOP_SHARE, DETECT, Look
 from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.verdict import Verdict
 
@@ -88,7 +88,7 @@ def judge_paired_look(
     if not 0 < confidence < 1:
         raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
     m, se = statistics.fmean(d), sd / math.sqrt(n)
-    half = look_critical(min(look.k, look.looks), look.looks, dof, (1 - confidence) / 2) * se
+    half = replace(look, alpha=(1 - confidence) / 2).critical(dof) * se  # c_k at each end's share
     lo, hi = m - half, m + half
     x = -m if higher_better else m
     c_k, p_k = look.critical(dof), look.critical_pass(dof)

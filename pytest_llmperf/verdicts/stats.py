@@ -140,8 +140,7 @@ class Decision:
                 f"(--llmperf-launch-budget) to at least {self.repeats_needed}"
             )
         # A stored baseline carries the runner's noise between its day and today; a same-job
-        # A/B pairs both sides minutes apart (on real SGLang it caught the ~10 % drop a
-        # stored baseline left undecided, docs/gates-and-ab.md).
+        # A/B pairs both sides minutes apart, which no recording can.
         ab = "; to gate a change this small, compare old and new in the same job ([[ab]])"
         if adjusted and launch_effect:  # the launches differ: only more of them average that
             return head + (
