@@ -13,6 +13,13 @@ several launches (a re-recording), the ratio they show is used instead
 chosen once per config and sweep, from the first launch's start-up and its first pass, so
 every level's entry records the same number.
 
+A launch measures no more passes than fit in its own start-up time (``S / T``): its measuring
+then never costs more than the start-up it amortizes, so a launch at most doubles in cost.
+That bound decides where the entries show no launch effect beyond the passes' noise (ratio
+infinite), where the optimum asks for every pass there is: real SGLang on a CPU, a pass
+scattering 9.4 % about its launch and launches 1.2 % apart, left a 10 % drop undecided in 11
+runs of 8 passes and caught it in 2 of 4 at 24 (``docs/verdicts.md``).
+
 A launch that starts in less time than ``CHEAP_LAUNCH_PASSES`` passes take is cheap: another
 launch costs little more than a pass and also samples the launch noise passes cannot, so such
 launches measure one pass. The line is relative, as the formula is: real SGLang starting in
@@ -32,11 +39,10 @@ from pytest_llmperf.verdicts.baseline import BaselineStore
 from pytest_llmperf.verdicts.baseline_file import BaselineFileError, EntryKey
 from pytest_llmperf.verdicts.launch_adjust import within_to_launch
 
-__all__ = ["AUTO", "AUTO_MAX_PASSES", "CHEAP_LAUNCH_PASSES", "Passes", "auto_passes",
+__all__ = ["AUTO", "CHEAP_LAUNCH_PASSES", "Passes", "auto_passes",
            "first_pass", "parse_passes", "ratio_text", "recorded_ratio"]  # fmt: skip
 
 AUTO: Literal["auto"] = "auto"
-AUTO_MAX_PASSES = 8
 CHEAP_LAUNCH_PASSES = 2.0  # a launch starting in under this many passes' time is cheap
 WITHIN_TO_LAUNCH = 2.0  # σ_W / σ_L assumed before anything is measured
 
@@ -55,12 +61,14 @@ def parse_passes(text: Any) -> Passes:
 
 def auto_passes(startup_s: float | None, pass_s: float, ratio: float | None = None) -> int:
     """The passes a launch that started in ``startup_s`` measures, a pass taking ``pass_s``
-    (module docstring), at ``σ_W / σ_L`` = ``ratio`` (None: ``WITHIN_TO_LAUNCH`` assumed); 1
-    when the start-up is unknown (attached) or cheap (under ``CHEAP_LAUNCH_PASSES`` passes)."""
+    (module docstring), at ``σ_W / σ_L`` = ``ratio`` (None: ``WITHIN_TO_LAUNCH`` assumed), at
+    most the passes that fit in the start-up; 1 when the start-up is unknown (attached) or
+    cheap (under ``CHEAP_LAUNCH_PASSES`` passes)."""
     if startup_s is None or pass_s <= 0 or startup_s < CHEAP_LAUNCH_PASSES * pass_s:
         return 1
+    most = math.floor(startup_s / pass_s)  # the passes that fit in the start-up time
     best = (WITHIN_TO_LAUNCH if ratio is None else ratio) * math.sqrt(startup_s / pass_s)
-    return max(1, min(AUTO_MAX_PASSES, round(best) if math.isfinite(best) else AUTO_MAX_PASSES))
+    return max(1, min(most, round(best) if math.isfinite(best) else most))
 
 
 def ratio_text(ratio: float | None) -> str:

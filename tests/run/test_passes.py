@@ -14,7 +14,6 @@ import pytest
 from pytest_llmperf.run import plan_time
 from pytest_llmperf.run.passes import (
     AUTO,
-    AUTO_MAX_PASSES,
     auto_passes,
     first_pass,
     parse_passes,
@@ -50,11 +49,13 @@ def test_the_setting_takes_auto_or_a_positive_count() -> None:
         (None, 10.0, 1),  # attached: the start-up is unknown
         (0.5, 10.0, 1),  # the simulator
         (1.9, 1.0, 1),  # a launch dearer than a pass, but under two: cheap
-        (2.1, 1.0, 3),  # 2 x sqrt(2.1) = 2.9
-        (26.0, 1.6, AUTO_MAX_PASSES),  # real SGLang on a CPU: 2 x sqrt(16) = 8
+        (2.1, 1.0, 2),  # 2 x sqrt(2.1) = 2.9, but only 2 passes fit in the start-up
+        (26.0, 1.6, 8),  # real SGLang on a CPU: 2 x sqrt(16) = 8
         (300.0, 60.0, 4),  # 2 x sqrt(5) = 4.5
         (120.0, 30.0, 4),  # 2 x sqrt(4)
-        (600.0, 20.0, AUTO_MAX_PASSES),  # 2 x sqrt(30) = 11: capped
+        (600.0, 20.0, 11),  # 2 x sqrt(30) = 11, under the 30 that fit in the start-up
+        (40.0, 10.0, 4),  # 2 x sqrt(4) = 4 = all that fit
+        (30.0, 10.0, 3),  # 2 x sqrt(3) = 3.5: only 3 fit
         (300.0, 0.0, 1),
     ],
 )
@@ -100,17 +101,17 @@ class TimedRun(PerfRun):
 
 
 def test_auto_measures_the_chosen_passes_on_every_launch_and_says_why() -> None:
-    # start-up 300 s, a pass of three 5 s levels 15 s: 2 x sqrt(20) = 8.9 -> 8 passes
+    # start-up 300 s, a pass of three 5 s levels 15 s: 2 x sqrt(20) = 8.9 -> 9 passes
     run = TimedRun(300.0, 5.0)
     by = run.ensure_launches("plain", WORKLOAD, [1, 4, 16], 2, AUTO)
     assert sorted(by) == ["L1", "L2"]
-    assert all(len(samples) == 8 for got in by.values() for samples in got.values())
-    # the first launch: its first pass, then its other seven, interleaved
+    assert all(len(samples) == 9 for got in by.values() for samples in got.values())
+    # the first launch: its first pass, then its other eight, interleaved
     assert [c for _, c in run.calls[:6]] == [1, 4, 16, 1, 4, 16]
     first = by["L1"][1][0]
-    assert "baseline_passes = auto: 8 passes of the sweep a launch (start-up 300 s, a pass " \
+    assert "baseline_passes = auto: 9 passes of the sweep a launch (start-up 300 s, a pass " \
         "15.0 s, pass-to-launch noise ratio 2 assumed)" in first.notes  # fmt: skip
-    assert run.chosen_passes("plain", WORKLOAD, [1, 4, 16]) == 8
+    assert run.chosen_passes("plain", WORKLOAD, [1, 4, 16]) == 9
     assert first_pass(by, [1, 4, 16]) == (300.0, 15.0)
 
 
@@ -235,10 +236,12 @@ def test_no_launch_effect_is_an_infinite_ratio_mostly() -> None:
 
 def test_auto_follows_the_learned_ratio() -> None:
     # start-up 300 s, a pass 15 s: sqrt(20) = 4.47
-    assert auto_passes(300.0, 15.0) == 8  # 2 assumed: 8.9, capped
+    assert auto_passes(300.0, 15.0) == 9  # 2 assumed: 8.9
     assert auto_passes(300.0, 15.0, 1.0) == 4
     assert auto_passes(300.0, 15.0, 0.2) == 1  # launches are the noise: passes buy little
-    assert auto_passes(300.0, 15.0, math.inf) == 8
+    assert auto_passes(300.0, 15.0, 6.0) == 20  # 26.8, but only 20 passes fit in 300 s
+    assert auto_passes(300.0, 15.0, math.inf) == 20  # no launch effect: all that fit
+    assert auto_passes(37.0, 1.5, math.inf) == 24  # real SGLang on a CPU, as re-recorded
     assert auto_passes(10.0, 15.0, math.inf) == 1  # a cheap launch: one pass, whatever the ratio
     assert ratio_text(None) == "pass-to-launch noise ratio 2 assumed"
     assert ratio_text(1.234) == "pass-to-launch noise ratio 1.2 from the entries recorded before"
@@ -259,6 +262,6 @@ def test_a_rerecording_chooses_at_the_ratio_its_entries_show(tmp_path: Path) -> 
     run = TimedRun(300.0, 5.0)
     by = run.ensure_launches("plain", WORKLOAD, levels, 1, AUTO, ratio)
     want = auto_passes(300.0, 15.0, ratio)
-    assert want < 8  # the assumed ratio would choose 8
+    assert want < 9  # the assumed ratio would choose 9
     assert all(len(samples) == want for got in by.values() for samples in got.values())
     assert any(ratio_text(ratio) in n for n in by["L1"][1][0].notes)
