@@ -18,12 +18,7 @@ from pytest_llmperf.base.results import LevelResult, SweepResult, Workload
 from pytest_llmperf.report.results_file import Judgement
 from pytest_llmperf.report.tables import junit_properties
 from pytest_llmperf.run import accuracy
-from pytest_llmperf.run.adjust import (
-    can_adjust,
-    current_residuals,
-    entry_lookup,
-    launch_noise,
-)
+from pytest_llmperf.run.adjust import can_adjust, current_residuals, entry_lookup, launch_noise
 from pytest_llmperf.run.busy import (
     BusyPoint,
     OnBusy,
@@ -213,6 +208,13 @@ class PointCheck:
                               self.max_reruns, self.policy)  # fmt: skip
         if self.update:
             self._replace_invalid(n)
+
+    def _passes_moved(self) -> bool:
+        """Recording at other passes than the entry's: re-recorded though it passes, so that a
+        sweep's entries agree (a run measures the passes they recorded)."""
+        entry = self.store.get(self.key, mark_used=False)
+        got = self.run.launch_passes(self.config, self.workload, self.levels, self.passes)
+        return self.adjusting and entry is not None and entry.passes != got
 
     def _replace_invalid(self, n: int) -> None:
         """Recording: re-measure (fresh launches where possible) while fewer than ``n`` samples
@@ -421,7 +423,7 @@ class PointCheck:
         if self.update:
             redo_acc = acc is not None and (acc.verdict != Verdict.PASS or self.rerecord)
             redo_cons = cons is not None and (cons.verdict != Verdict.PASS or self.rerecord)
-            if pc.verdict != Verdict.PASS or pc.stale or self.rerecord:
+            if pc.verdict != Verdict.PASS or pc.stale or self.rerecord or self._passes_moved():
                 self._record(acc)
                 pc.verdict, pc.messages = Verdict.RECORDED, []
             elif redo_acc or redo_cons:

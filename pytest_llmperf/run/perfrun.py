@@ -389,6 +389,15 @@ class PerfRun:
                         first = False
         return self.by_launch(config, workload)
 
+    def launch_passes(
+        self, config: str, workload: Workload, levels: Sequence[int], passes: Passes
+    ) -> int:
+        """The passes ``config``'s launches measure at the setting ``passes`` (``"auto"``: as
+        ``chosen_passes`` chose them from this session's first launch)."""
+        if isinstance(passes, int):
+            return passes
+        return self.chosen_passes(config, workload, levels)
+
     def chosen_passes(
         self, config: str, workload: Workload, levels: Sequence[int], ratio: float | None = None
     ) -> int:

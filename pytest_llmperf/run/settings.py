@@ -214,8 +214,10 @@ SETTINGS: tuple[Setting, ...] = (
         "passes of the sweep each recording launch measures, its levels interleaved "
         "(1, 4, 16, 1, 4, 16), when adjusting: a launch-adjusted point is judged on the median "
         "of its passes, so drift within a launch counts less; later runs measure as many "
-        "passes as their baseline recorded. auto: 2 x sqrt(start-up / a pass's time), at most 8, "
-        "chosen from the first launch; 1 for a launch that starts in under two passes' time",
+        "passes as their baseline recorded. auto: 2 x sqrt(start-up / a pass's time) (a "
+        "re-recording: at the pass-to-launch noise ratio its entries show), at most the passes "
+        "that fit in the start-up time, chosen from the first launch; 1 for a launch that "
+        "starts in under two passes' time",
         marker=True,
         suite=True,
     ),

@@ -89,3 +89,24 @@ def test_a_baseline_recorded_in_passes_is_judged_in_as_many(suite):
     run(suite, *ARGS).assert_outcomes(passed=3)
     judged = _per_launch(suite)
     assert judged and set(judged.values()) == {3}, judged
+
+
+def test_recording_at_other_passes_rewrites_every_entry_of_the_sweep(suite):
+    """``--llmperf-update`` re-records a passing point too when its launches measured another
+    number of passes than its entry holds, so a sweep's entries never disagree (a later run
+    measures the passes they recorded)."""
+    toml = suite.path / "llmperf.toml"
+    toml.write_text(with_sweep(toml.read_text().replace('adjust = "none"', 'adjust = "launch"'),
+                               "baseline_passes = 3"))  # fmt: skip
+    update = [*ARGS, "--llmperf-update", "--llmperf-baseline-repeat", "2"]
+    run(suite, *update).assert_outcomes(passed=3)
+    toml.write_text(toml.read_text().replace("baseline_passes = 3", "baseline_passes = 2"))
+    again = run(suite, *update)
+    again.assert_outcomes(passed=3)
+    again.stdout.fnmatch_lines([f"*plain: recorded at C={c}:*" for c in (1, 4, 16)])
+    assert set(_per_launch(suite).values()) == {2}
+    (path,) = (suite.path / "baselines").rglob("plain.json")
+    (entries,) = json.loads(path.read_text())["workloads"].values()
+    got = {c: e["metrics"]["output_throughput"]["launch_residual"]["passes"]
+           for c, e in entries.items()}  # fmt: skip
+    assert got == {"1": 2, "4": 2, "16": 2}, got
