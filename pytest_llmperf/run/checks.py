@@ -212,9 +212,9 @@ class PointCheck:
     def _passes_moved(self) -> bool:
         """Recording at other passes than the entry's: re-recorded though it passes, so that a
         sweep's entries agree (a run measures the passes they recorded)."""
-        entry = self.store.get(self.key, mark_used=False)
-        got = self.run.launch_passes(self.config, self.workload, self.levels, self.passes)
-        return self.adjusting and entry is not None and entry.passes != got
+        entry = self.store.get(self.key, mark_used=False) if self.adjusting else None
+        got = entry and self.run.launch_passes(self.config, self.workload, self.levels, self.passes)
+        return entry is not None and entry.passes != got
 
     def _replace_invalid(self, n: int) -> None:
         """Recording: re-measure (fresh launches where possible) while fewer than ``n`` samples
