@@ -24,8 +24,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_llmperf.base.results import LevelResult, Workload
-from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.verdicts.validity import ValidityPolicy, starved_by_machine, throttled_by_gpu
+from pytest_llmperf.run.perfrun import PerfRun, PointError, Redo
+from pytest_llmperf.verdicts.validity import (
+    ValidityPolicy,
+    disturbed,
+    starved_by_machine,
+    throttled_by_gpu,
+)
 
 __all__ = [
     "BusyPoint",
@@ -33,6 +38,7 @@ __all__ = [
     "all_throttled",
     "throttle_note",
     "busy_point",
+    "launch_redo",
     "settle",
     "skip_message",
     "summary_line",
@@ -77,10 +83,7 @@ def _disturbed(
     samples: Sequence[LevelResult], workload: Workload | None, policy: ValidityPolicy | None
 ) -> bool:
     """Every sample is invalid only for what the moment did (busy CPU, throttled GPU)."""
-    return bool(samples) and all(
-        starved_by_machine(s, workload, policy) or throttled_by_gpu(s, workload, policy)
-        for s in samples
-    )
+    return bool(samples) and all(disturbed(s, workload, policy) for s in samples)
 
 
 def throttle_note(samples: Sequence[LevelResult]) -> str:
@@ -177,3 +180,9 @@ def _span(values: list[float] | list[int]) -> str:
     """``3`` or ``3-5``: a range of measured values, one number when they agree."""
     lo, hi = f"{min(values):.0f}", f"{max(values):.0f}"
     return lo if lo == hi else f"{lo}-{hi}"
+
+
+def launch_redo(workload: Workload, policy: ValidityPolicy | None, rounds: int) -> Redo:
+    """What a launch re-measures in itself (``PerfRun.ensure_launches``): samples the moment
+    spoiled, in at most ``rounds`` more rounds (the point's ``max_reruns``)."""
+    return Redo(lambda s: disturbed(s, workload, policy), rounds)

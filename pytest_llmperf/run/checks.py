@@ -25,6 +25,7 @@ from pytest_llmperf.run.busy import (
     all_starved,
     all_throttled,
     busy_point,
+    launch_redo,
     settle,
     skip_message,
     throttle_note,
@@ -34,10 +35,10 @@ from pytest_llmperf.run.passes import AUTO, Passes, recorded_ratio
 from pytest_llmperf.run.perfrun import PerfRun, PointError
 from pytest_llmperf.run.probing import answer_every_launch, judge_point, launch_probes
 from pytest_llmperf.run.record_launches import METRIC, record_launches
-from pytest_llmperf.run.recording import git_commit, provenance, recorded_entry, valid_samples
+from pytest_llmperf.run.recording import git_commit, recorded_entry, run_provenance, valid_samples
 from pytest_llmperf.run.sequential import settle_config
 from pytest_llmperf.verdicts.accuracy import AccuracyComparison
-from pytest_llmperf.verdicts.baseline import BaselineFileError, BaselineStore, EntryKey, Provenance
+from pytest_llmperf.verdicts.baseline import BaselineFileError, BaselineStore, EntryKey
 from pytest_llmperf.verdicts.compare import (
     DEFAULT_METRICS,
     PointComparison,
@@ -52,10 +53,6 @@ from pytest_llmperf.verdicts.launch_adjust import pooled_residual_noise
 from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
-
-
-def _provenance(run: PerfRun, config: str) -> Provenance:
-    return provenance(run.facts(config), run.hardware_for(config), git_commit())
 
 
 def _needs_launches(pc: PointComparison) -> bool:
@@ -191,15 +188,17 @@ class PointCheck:
             if self.passes == AUTO:  # re-recording: the ratio the entries being replaced show
                 ratio = recorded_ratio(self.store, self.key.hardware, self.config,
                                        self.workload.key(), self.levels)  # fmt: skip
+            redo = launch_redo(self.workload, self.policy, self.max_reruns)
             if self.update and self.sequential:  # launches added while the noise is too wide
                 old = self.store.get(self.key, mark_used=False)
                 tol = resolve_tolerance(METRIC, test=self.tolerances or None, entry=old)
                 record_launches(self.run, self.config, self.workload, self.levels, n, self.passes,
                                 ratio, tolerance=tol, launch_budget=self.launch_budget,
-                                time_budget_min=self.time_budget, policy=self.policy)  # fmt: skip
+                                time_budget_min=self.time_budget, policy=self.policy,
+                                redo=redo)  # fmt: skip
             else:
                 self.run.ensure_launches(self.config, self.workload, self.levels, n,
-                                         self.passes, ratio)  # fmt: skip
+                                         self.passes, ratio, redo)  # fmt: skip
             self.samples = self.run.samples(self.config, self.workload, self.concurrency)
             return
         # each recording launch answers the probes (``_every_launch_answers``)
@@ -478,7 +477,7 @@ class PointCheck:
         if entry is not None:
             update = {"accuracy": acc.new} if acc is not None else {}
             entry = entry.model_copy(update={**update, **(self._probes() if probes else {})})
-            self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
+            self.store.queue_update(self.key, entry, run_provenance(self.run, self.config))
 
     def _record(self, acc: AccuracyComparison | None = None) -> None:
         """Queue the entry from the valid samples only (judging's policy); the verdict was
@@ -507,7 +506,7 @@ class PointCheck:
         if acc is not None:
             entry = entry.model_copy(update={"accuracy": acc.new})
         entry = entry.model_copy(update=self._probes())
-        self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
+        self.store.queue_update(self.key, entry, run_provenance(self.run, self.config))
 
 
 @dataclass

@@ -50,11 +50,22 @@ __all__ = [
     "PROMPT_ORDINALS",
     "PerfRun",
     "PointError",
+    "Redo",
     "RunOptions",
     "fresh_prompt_base",
     "parse_url_map",
     "sim_args_for",
 ]
+
+
+@dataclass(frozen=True)
+class Redo:
+    """Samples the moment spoiled (``spoiled``: ``validity.disturbed`` at the test's policy)
+    are measured again in their own launch, in at most ``rounds`` more rounds: a launch then
+    holds all its passes, as its baseline entry and its judging assume."""
+
+    spoiled: Callable[[LevelResult], bool]
+    rounds: int
 
 
 @dataclass(init=False)
@@ -355,14 +366,15 @@ class PerfRun:
         n: int,
         passes: Passes = 1,
         ratio: float | None = None,
+        redo: Redo | None = None,
     ) -> dict[str, dict[int, list[LevelResult]]]:
         """At least ``n`` launches that each measured every level of ``levels`` ``passes``
         times (fewer launches when the server cannot be relaunched): the live launch completes
         its passes first, then each further launch measures them all. A pass measures every
         level once, so the passes of a launch interleave (1, 4, 16, 1, 4, 16): drift within
         the launch falls on every level alike. ``"auto"``: as many as ``chosen_passes`` says
-        after the first launch's first pass (at ``ratio``, ``auto_passes``). Returns
-        ``by_launch``."""
+        after the first launch's first pass (at ``ratio``, ``auto_passes``). ``redo``: a
+        spoiled sample does not count toward its launch's passes. Returns ``by_launch``."""
         need = sorted(set(levels))
         if isinstance(passes, str):  # AUTO
             self.ensure_launches(config, workload, need, 1, 1)
@@ -370,17 +382,21 @@ class PerfRun:
         else:
             count = max(1, passes)
 
-        def full(got: dict[int, list[LevelResult]]) -> bool:
-            return all(len(got.get(c, [])) >= count for c in need)
+        def kept(got: Mapping[int, list[LevelResult]], c: int) -> list[LevelResult]:
+            return [s for s in got.get(c, []) if redo is None or not redo.spoiled(s)]
 
-        for _ in range(n + 1):  # each round completes one launch
+        def full(got: Mapping[int, list[LevelResult]]) -> bool:
+            return all(len(kept(got, c)) >= count for c in need)
+
+        # each round completes one launch; a redo round completes the live one again
+        for _ in range(n + 1 + (redo.rounds if redo else 0)):
             by = self.by_launch(config, workload)
             done = [lid for lid, got in by.items() if full(got)]
             cur = self.servers.live_launch(config)
             if len(done) >= n or (done and not self.can_relaunch(config) and cur in done):
                 return by
             fresh = cur is not None and cur in done
-            have = {} if cur is None or fresh else by.get(cur, {})
+            have = {} if cur is None or fresh else {c: kept(by.get(cur, {}), c) for c in need}
             first = True
             for j in range(count):
                 for c in need:

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.adjust import baseline_residuals
 from pytest_llmperf.run.passes import Passes
-from pytest_llmperf.run.perfrun import PerfRun
+from pytest_llmperf.run.perfrun import PerfRun, Redo
 from pytest_llmperf.run.plan_time import planned_launches
 from pytest_llmperf.run.recording import valid_samples
 from pytest_llmperf.run.sequential import launch_seconds
@@ -81,11 +81,12 @@ def record_launches(
     launch_budget: int,
     time_budget_min: float | None = None,
     policy: ValidityPolicy | None = None,
+    redo: Redo | None = None,
 ) -> Launches:
     """``run.ensure_launches`` of ``launches``, then one more launch at a time as the module
     says; each added launch measures the whole sweep in the same passes. The first launch's
     samples are noted with what was added and why."""
-    by = run.ensure_launches(config, workload, levels, launches, passes, ratio)
+    by = run.ensure_launches(config, workload, levels, launches, passes, ratio, redo)
     first_gap: float | None = None
     added = 0
     why = "launch_budget reached"
@@ -111,7 +112,7 @@ def record_launches(
             why = f"a launch more would narrow it by under {100 * GAIN:.0f} %"
             break
         before = len(by)
-        by = run.ensure_launches(config, workload, levels, before + 1, passes, ratio)
+        by = run.ensure_launches(config, workload, levels, before + 1, passes, ratio, redo)
         if len(by) <= before:
             why = "a launch failed to start or measure"
             break

@@ -25,6 +25,7 @@ from pytest_llmperf.base.results import LevelResult, ServerFacts, Workload
 from pytest_llmperf.report.results_file import RunFile
 from pytest_llmperf.report.tables import redact_args
 from pytest_llmperf.run.adjust import baseline_residuals, can_adjust
+from pytest_llmperf.run.perfrun import PerfRun
 from pytest_llmperf.verdicts.baseline import BaselineStore, FlushReport, entry_from_levels
 from pytest_llmperf.verdicts.baseline_file import BaselineEntry, EntryKey, Provenance
 from pytest_llmperf.verdicts.launch_adjust import Launches
@@ -37,6 +38,7 @@ __all__ = [
     "provenance",
     "record_runs",
     "recorded_entry",
+    "run_provenance",
     "valid_samples",
 ]
 
@@ -71,6 +73,11 @@ def provenance(facts: ServerFacts | None, hardware: str, git_commit: str | None)
         gpu=None if facts.mode == "simulated" else hardware,
         git_commit=git_commit,
     )
+
+
+def run_provenance(run: PerfRun, config: str) -> Provenance:
+    """``provenance`` of ``config``'s server in ``run``, at this checkout's commit."""
+    return provenance(run.facts(config), run.hardware_for(config), git_commit())
 
 
 def valid_samples(

@@ -19,10 +19,9 @@ from pytest_llmperf.run.checks import (
     SweepCheckResult,
     _busy,
     _judged,
-    _provenance,
 )
 from pytest_llmperf.run.perfrun import PerfRun, PointError
-from pytest_llmperf.run.recording import valid_samples
+from pytest_llmperf.run.recording import run_provenance, valid_samples
 from pytest_llmperf.run.suite import CrossoverSpec
 from pytest_llmperf.verdicts.baseline import (
     SWEEP_LEVEL,
@@ -157,7 +156,7 @@ class SweepMetricCheck:
         entry = BaselineEntry(metrics={self.metric_name: summary})
         if old is not None:
             entry = old.model_copy(update={"metrics": {**old.metrics, self.metric_name: summary}})
-        self.store.queue_update(self.key, entry, _provenance(self.run, self.config))
+        self.store.queue_update(self.key, entry, run_provenance(self.run, self.config))
 
     def _report(self, value: int, base: int | None, verdict: Verdict) -> None:
         if self.on_result is not None:

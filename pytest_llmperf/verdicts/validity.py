@@ -26,6 +26,7 @@ __all__ = [
     "ValidityPolicy",
     "check_level",
     "context_shortfall",
+    "disturbed",
     "is_valid",
     "policy_from_settings",
     "starved_by_machine",
@@ -336,3 +337,11 @@ def throttled_by_gpu(
         return False
     rest = level.model_copy(update={"gpu": None})
     return not check_level(rest, workload, policy) or starved_by_machine(rest, workload, policy)
+
+
+def disturbed(
+    level: LevelResult, workload: Workload | None = None, policy: ValidityPolicy | None = None
+) -> bool:
+    """Invalid only for what the moment did (a machine too busy, a GPU that throttled): a
+    quieter moment of the same launch may measure it."""
+    return starved_by_machine(level, workload, policy) or throttled_by_gpu(level, workload, policy)
