@@ -257,26 +257,28 @@ def main() -> None:
         base = chosen or base
         print(f"  the runs judge against {base.name}", flush=True)
         print(f"  passes a launch recorded: {sorted(recorded_passes(base))}", flush=True)
+        # Cases take turns run by run, so a box that drifts over the sitting weighs on each alike.
         for proc in args.procedures.split(","):
-            for label in args.cases.split(","):
-                suite.write_text(
-                    SUITE.format(
-                        lines="\n".join(PROCEDURES[proc]),
-                        extra=real_cases.flags(label) if args.engine == "sglang" else "",
+            labels = args.cases.split(",")
+            done: dict[str, list[dict]] = {label: [] for label in labels}
+            for i in range(args.runs):
+                for label in labels:
+                    suite.write_text(
+                        SUITE.format(
+                            lines="\n".join(PROCEDURES[proc]),
+                            extra=real_cases.flags(label) if args.engine == "sglang" else "",
+                        )
                     )
-                )
-                runs = []
-                for i in range(args.runs):
                     r = pytest_run(target, base, root / f"{proc}-{label}-{i}", cases.get(label),
                                    update=False)  # fmt: skip
-                    runs.append(r)
+                    done[label].append(r)
                     print(f"  {proc} {label} run {i + 1}: {r['wall']:.0f} s, {r['launches']} "
                           f"launches, {r['verdicts']}", flush=True)  # fmt: skip
                     for line in r["said"]:
                         print(f"    {line}", flush=True)
                     if args.verbose and (r["rc"] not in (0, 1) or len(r["verdicts"]) < len(LEVELS)):
                         print(r["tail"], flush=True)
-                rows.append((proc, label, runs))
+            rows.extend((proc, label, done[label]) for label in labels)
     print()
     noise = (
         f"gpu-shared noise, drift redrawn every {args.drift_period} s"
