@@ -54,14 +54,6 @@ from pytest_llmperf.verdicts.stats import LaunchNoise
 from pytest_llmperf.verdicts.validity import ValidityPolicy
 from pytest_llmperf.verdicts.verdict import Verdict
 
-
-def _needs_launches(pc: PointComparison) -> bool:
-    """Every inconclusive metric is unresolvable: its measured launch-to-launch noise alone
-    puts the margin above the tolerance, which only more launches can narrow."""
-    open_ = [m.decision for m in pc.metrics if m.decision.outcome == Verdict.INCONCLUSIVE]
-    return bool(open_) and all(not d.resolved for d in open_)
-
-
 WarningKind = Literal["stale", "inconclusive"]
 Properties = Callable[[list[tuple[str, str]]], None]
 # What a test judged and with which of its settings, for the results file (``llmperf compare``).
@@ -353,7 +345,7 @@ class PointCheck:
                 break
             if pc.verdict == Verdict.INCONCLUSIVE and not pc.rerun:
                 break  # against its history: the next run settles it, not more samples
-            if not confirm and not self.run.can_relaunch(self.config) and _needs_launches(pc):
+            if not confirm and not self.run.can_relaunch(self.config) and pc.needs_launches:
                 break  # more samples of this launch cannot narrow a launch-noise margin
             try:
                 # A re-run on the same launch shares its speed and proves little: relaunch.
@@ -383,18 +375,26 @@ class PointCheck:
         Raises ``BaselineFileError`` when the stored file cannot be read.
         """
         pc = self.evaluate()
-        if self.on_properties is not None:
-            self.on_properties(junit_properties(point=pc))
         if self.on_compared is not None:
             self.on_compared(pc)
         acc = self._accuracy() if pc.verdict != Verdict.INVALID else None
         # Answers do not depend on the load: changed ones fail even where speed was invalid.
         cons = self._consistency()
+        out = self._enact(pc, acc, cons)
+        # after _enact: a point it recorded is RECORDED in JUnit and results, as in the terminal
+        if self.on_properties is not None:
+            self.on_properties(junit_properties(point=pc))
         _judged(self, "point", self.config, pc.verdict, concurrency=self.concurrency,
                 metrics=None if self.metrics is None else list(self.metrics),
                 tolerances=dict(self.tolerances), adjust=self.adjust, looks=self.looks,
                 green_means=green_means(pc), missable=missable(pc), accuracy=acc,
                 consistency=cons)  # fmt: skip
+        return out
+
+    def _enact(
+        self, pc: PointComparison, acc: AccuracyComparison | None, cons: Consistency | None
+    ) -> Outcome:
+        """What the point's verdicts do to its test and, updating, to its baseline entry."""
         if cons is not None and cons.verdict == Verdict.FAIL and not self.update:
             speed = f"\n{pc.message()}" if pc.verdict == Verdict.FAIL else ""
             return Outcome.fail(cons.message + speed)

@@ -205,6 +205,13 @@ class PointComparison:
     def stale(self) -> list[MetricComparison]:
         return [m for m in self.metrics if m.stale]
 
+    @property
+    def needs_launches(self) -> bool:
+        """Every inconclusive metric is unresolvable: its measured launch-to-launch noise alone
+        puts the margin above the tolerance, which only more launches can narrow."""
+        open_ = [m.decision for m in self.metrics if m.decision.outcome == Verdict.INCONCLUSIVE]
+        return bool(open_) and all(not d.resolved for d in open_)
+
     def metric(self, name: str) -> MetricComparison | None:
         return next((m for m in self.metrics if m.metric == name), None)
 

@@ -69,6 +69,22 @@ def _junit(path: Path) -> tuple[ET.Element, dict[str, str]]:
     return case, props
 
 
+def test_a_recorded_point_says_recorded_in_results_and_junit(pytester: pytest.Pytester) -> None:
+    """What the terminal says of a point ``--llmperf-update`` wrote, the files say too (not the
+    comparison against the missing entry that preceded it)."""
+    pytester.makefile(".toml", llmperf=light(ONE))
+    pytester.makepyfile(test_perf=SWEEP_TEST)
+    result = run(pytester, "--llmperf-update", "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=1)
+    (check,) = read_json(pytester.path / "llmperf-results" / "results.json")["checks"]
+    assert check["verdict"] == "recorded"
+    assert check["green_means"] == "recorded at C=1: this run's samples are the baseline now"
+    _, props = _junit(pytester.path / "junit.xml")
+    assert props["llmperf.verdict"] == "recorded"
+    assert props["llmperf.green_means"] == check["green_means"]
+    assert_no_servers_left(pytester.path)
+
+
 def test_a_pass_says_what_it_could_have_missed(
     recorded: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
