@@ -9,7 +9,7 @@ from pytest_llmperf.base.results import ClientHealth, LevelResult
 from pytest_llmperf.run.busy import launch_redo
 from pytest_llmperf.run.recording import valid_samples
 
-from ..verdicts import WORKLOAD, make_level
+from ..verdicts import WORKLOAD
 from .test_passes import TimedRun
 
 # The load generator lagged while it was nearly idle: other processes held the CPU.
