@@ -59,7 +59,6 @@ SERVER_CPU, CLIENT_CPU = 0, 1  # used only where there are at least two CPUs
 # of a wave, so one request's delay would stand for the p50.
 TTFT_WAVES = 3
 TTFT_ATTEMPTS = 3
-DISTURBED_WAIT_S = 0.002  # the client thread runnable but off-CPU this long: the box was busy
 
 
 def _launch(tmp: Path, name: str, *flags: str) -> ServerHandle:
@@ -216,11 +215,14 @@ def _ttft_level(sim: ServerHandle, concurrency: int, tag: str) -> tuple[float, f
 @pytest.mark.parametrize("concurrency", LEVELS)
 def test_ttft_p50_matches_ground_truth(sim: ServerHandle, concurrency: int) -> None:
     # A miss is measured again only when other processes demonstrably took the client's CPU
-    # (its thread sat runnable on the run queue); a miss without that fails at once.
+    # for as long as the miss exceeds the tolerance (its thread sat runnable on the run queue
+    # that long: the box, not the client, was late); a miss the wait cannot account for fails
+    # at once. Every attempt is held to the same 1 ms.
     for attempt in range(1, TTFT_ATTEMPTS + 1):
         gap_ms, waited_s, summary = _ttft_level(sim, concurrency, f"ttft-c{concurrency}-{attempt}")
         print(summary)
-        if abs(gap_ms) <= TTFT_P50_TOLERANCE_MS or waited_s < DISTURBED_WAIT_S:
+        excess_ms = abs(gap_ms) - TTFT_P50_TOLERANCE_MS
+        if excess_ms <= 0 or waited_s * 1e3 < excess_ms:
             break
     assert abs(gap_ms) <= TTFT_P50_TOLERANCE_MS, f"TTFT p50 off by {gap_ms:+.3f} ms: {summary}"
 
