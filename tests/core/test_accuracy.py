@@ -134,6 +134,31 @@ def _runqueue_wait_s() -> float:
         return 0.0
 
 
+def _steal_s() -> float:
+    """Time the hypervisor has run something else on the client's CPU (``/proc/stat`` steal,
+    counted in ticks of 1/100 s; the whole machine's, per CPU, when the client is not pinned).
+
+    A guest's run queue cannot see it: the client thread was "running" while its virtual CPU
+    was not, so its bytes sat unread for that long.
+    """
+    row = f"cpu{CLIENT_CPU}" if _can_pin() else "cpu"
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] == row:
+                    steal = int(fields[8]) / os.sysconf("SC_CLK_TCK")
+                    return steal if _can_pin() else steal / (os.cpu_count() or 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0.0
+
+
+def _taken_s() -> float:
+    """CPU time others took from the client: its run-queue wait plus its CPU's steal."""
+    return _runqueue_wait_s() + _steal_s()
+
+
 def _closed_loop_with_rids(
     url: str, concurrency: int, tag: str, n: int
 ) -> tuple[list[RequestRecord], ClientHealth, float]:
@@ -163,26 +188,26 @@ def _closed_loop_with_rids(
 
             monitor = LoopMonitor()
             gc.disable()
-            waited0 = _runqueue_wait_s()
+            taken0 = _taken_s()
             monitor.start()
             try:
                 await asyncio.gather(*(worker() for _ in range(concurrency)))
             finally:
                 health = await monitor.stop()
                 gc.enable()
-        return records, health, _runqueue_wait_s() - waited0
+        return records, health, _taken_s() - taken0
 
     waves = WORKLOAD.model_copy(update={"requests_per_level": n})
     return run_in_own_loop(level, timeout_s=sweep_deadline_s(waves, [concurrency]))
 
 
 def _ttft_level(sim: ServerHandle, concurrency: int, tag: str) -> tuple[float, float, str]:
-    """Measure one level; return (TTFT p50 gap ms, the client's CPU wait s, a summary line).
+    """Measure one level; return (TTFT p50 gap ms, CPU time others took s, a summary line).
 
     Asserts causality on the way: no first token may be stamped before the server sent it.
     """
     n = TTFT_WAVES * concurrency + 1
-    records, health, waited_s = _closed_loop_with_rids(sim.url, concurrency, tag, n)
+    records, health, taken_s = _closed_loop_with_rids(sim.url, concurrency, tag, n)
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
     truth = {r["rid"]: r for r in _truth(sim.url) if str(r["rid"]).startswith(tag + "-")}
     assert len(truth) == len(records) == n
@@ -207,22 +232,24 @@ def _ttft_level(sim: ServerHandle, concurrency: int, tag: str) -> tuple[float, f
         f"{truth_p50_ms:.3f} ms (gap {gap_ms:+.3f} ms; engine step end {engine_p50_ms:.3f} ms); "
         f"client delay p50 {np.median(delay_ms):.3f} / p99 {np.percentile(delay_ms, 99):.3f} / "
         f"max {delay_ms.max():.3f} ms; loop lag p99 {health.loop_lag_p99_ms:.2f} ms, client CPU "
-        f"{health.cpu_percent:.0f}%, the client thread waited {waited_s * 1e3:.1f} ms for a CPU"
+        f"{health.cpu_percent:.0f}%, others took {taken_s * 1e3:.1f} ms of the client's CPU"
     )
-    return gap_ms, waited_s, summary
+    return gap_ms, taken_s, summary
 
 
 @pytest.mark.parametrize("concurrency", LEVELS)
 def test_ttft_p50_matches_ground_truth(sim: ServerHandle, concurrency: int) -> None:
-    # A miss is measured again only when other processes demonstrably took the client's CPU
-    # for as long as the miss exceeds the tolerance (its thread sat runnable on the run queue
-    # that long: the box, not the client, was late); a miss the wait cannot account for fails
-    # at once. Every attempt is held to the same 1 ms.
+    # A miss is measured again only when others took the client's CPU for as long as the miss
+    # exceeds the tolerance: its thread sat runnable on the guest's run queue, or the hypervisor
+    # ran something else on its virtual CPU (steal; 200 ms of it in one level on this VM), for
+    # that long, so the box, not the client, was late. Steal is counted in whole ticks, so it
+    # is an estimate to the tick. A miss they cannot account for fails at once; every attempt is
+    # held to the same 1 ms.
     for attempt in range(1, TTFT_ATTEMPTS + 1):
-        gap_ms, waited_s, summary = _ttft_level(sim, concurrency, f"ttft-c{concurrency}-{attempt}")
+        gap_ms, taken_s, summary = _ttft_level(sim, concurrency, f"ttft-c{concurrency}-{attempt}")
         print(summary)
         excess_ms = abs(gap_ms) - TTFT_P50_TOLERANCE_MS
-        if excess_ms <= 0 or waited_s * 1e3 < excess_ms:
+        if excess_ms <= 0 or taken_s * 1e3 < excess_ms:
             break
     assert abs(gap_ms) <= TTFT_P50_TOLERANCE_MS, f"TTFT p50 off by {gap_ms:+.3f} ms: {summary}"
 
