@@ -135,23 +135,16 @@ def _runqueue_wait_s() -> float:
 
 
 def _steal_s() -> float:
-    """Time the hypervisor has run something else on the client's CPU (``/proc/stat`` steal,
-    counted in ticks of 1/100 s; the whole machine's, per CPU, when the client is not pinned).
+    """Time the hypervisor has run something else on the client's CPU (steal, counted in
+    ticks of 1/100 s; the whole machine's, per CPU, when the client is not pinned; 0 where the
+    platform does not report it).
 
     A guest's run queue cannot see it: the client thread was "running" while its virtual CPU
     was not, so its bytes sat unread for that long.
     """
-    row = f"cpu{CLIENT_CPU}" if _can_pin() else "cpu"
-    try:
-        with open("/proc/stat") as f:
-            for line in f:
-                fields = line.split()
-                if fields and fields[0] == row:
-                    steal = int(fields[8]) / os.sysconf("SC_CLK_TCK")
-                    return steal if _can_pin() else steal / (os.cpu_count() or 1)
-    except (OSError, IndexError, ValueError):
-        pass
-    return 0.0
+    if _can_pin():
+        return float(getattr(psutil.cpu_times(percpu=True)[CLIENT_CPU], "steal", 0.0))
+    return float(getattr(psutil.cpu_times(), "steal", 0.0)) / (psutil.cpu_count() or 1)
 
 
 def _taken_s() -> float:
