@@ -241,9 +241,11 @@ class ClientHealth(_Model):
     cpu_us_per_output_token: float | None = None
     output_tok_s_ceiling: float | None = None  # one process at the CPU limit
     processes_needed: int | None = None  # set when the client's own CPU saturated it
-    # The whole machine over the level: busy share of all its CPUs (100 = every core busy).
-    # With a lagging loop and an idle client, it shows that other processes held the CPU.
+    # The whole machine over the level: its own processes' busy share of all its CPUs (100 =
+    # every core busy), and the share the hypervisor gave to other guests (steal). With a
+    # lagging loop and an idle client, they say who held the CPU.
     system_cpu_percent: float | None = None
+    steal_percent: float | None = None
     cpus: int | None = None
 
 

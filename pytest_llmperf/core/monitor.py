@@ -27,12 +27,19 @@ SHARD_CPU_PERCENT = 50.0  # a process sized to this share keeps its loop lag low
 STARVED_CPU_PERCENT = 50.0
 
 
-def _system_busy() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far (all cores)."""
+def _system_times() -> tuple[float, float, float]:
+    """(busy, steal, total) CPU seconds of the whole machine so far (all cores).
+
+    Steal is time the hypervisor gave this virtual machine's CPUs to other guests: the guest's
+    own processes cannot see it, yet it starves the load generator just as they do, so it is
+    kept apart from ``busy`` (this machine's processes) to name the true cause. 0 where the OS
+    does not count it.
+    """
     t = psutil.cpu_times()
     total = sum(t)
+    steal = getattr(t, "steal", 0.0)
     idle = t.idle + getattr(t, "iowait", 0.0)
-    return total - idle, total
+    return total - idle - steal, steal, total
 
 
 def _transport_name() -> str:
@@ -50,12 +57,12 @@ class LoopMonitor:
         self._task: asyncio.Task[None] | None = None
         self._cpu0 = 0.0
         self._wall0 = 0.0
-        self._sys0 = (0.0, 0.0)
+        self._sys0 = (0.0, 0.0, 0.0)
         self.cpu_s = 0.0  # process CPU seconds between start() and stop()
 
     def start(self) -> None:
         self._lags_ms = array("d")
-        self._sys0 = _system_busy()
+        self._sys0 = _system_times()
         self._cpu0 = time.process_time()
         self._wall0 = time.perf_counter()
         self._task = asyncio.get_running_loop().create_task(self._probe())
@@ -72,8 +79,8 @@ class LoopMonitor:
         """Stop sampling and judge the interval."""
         wall = time.perf_counter() - self._wall0
         cpu = time.process_time() - self._cpu0
-        busy, total = _system_busy()
-        busy, total = busy - self._sys0[0], total - self._sys0[1]
+        now = _system_times()
+        busy, steal, total = (b - a for a, b in zip(self._sys0, now, strict=True))
         self.cpu_s = cpu
         if self._task is not None:
             self._task.cancel()
@@ -87,8 +94,13 @@ class LoopMonitor:
         )
         if total <= 0:
             return health
-        update = {"system_cpu_percent": round(100.0 * busy / total, 1), "cpus": psutil.cpu_count()}
-        return health.model_copy(update=update)
+        return health.model_copy(
+            update={
+                "system_cpu_percent": round(100.0 * busy / total, 1),
+                "steal_percent": round(100.0 * steal / total, 1),
+                "cpus": psutil.cpu_count(),
+            }
+        )
 
 
 def judge_health(lags_ms: list[float], cpu_percent: float, transport: str = "") -> ClientHealth:

@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_llmperf.base.errors import LLMPerfError
@@ -196,7 +196,16 @@ def merge_health(results: Sequence[ShardResult]) -> ClientHealth:
         loop_lag_samples=sum(h.loop_lag_samples for h in hs),
         saturated=any(h.saturated for h in hs),
         reason="; ".join(dict.fromkeys(reasons)) or None,
+        system_cpu_percent=_most(h.system_cpu_percent for h in hs),
+        steal_percent=_most(h.steal_percent for h in hs),
+        cpus=next((h.cpus for h in hs if h.cpus), None),
     )
+
+
+def _most(values: Iterable[float | None]) -> float | None:
+    """The largest of the shards' machine-wide figures (each saw the whole machine)."""
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
 
 
 async def _get(

@@ -2,7 +2,8 @@
 stays so, say so.
 
 A level whose load generator lagged while it was itself nearly idle
-(``validity.starved_by_machine``) was starved by other processes: its numbers describe the
+(``validity.starved_by_machine``) was starved by other processes or, on a virtual machine, by
+the hypervisor (``verdicts/starvation.py`` says which): its numbers describe the
 machine, not the server and not the client. Failing a wall of verdicts for it tells the user
 nothing they can act on per test, and skipping it silently would hide that nothing was
 measured. So such a point is re-measured (a quieter moment may measure it); if every sample
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from pytest_llmperf.base.results import LevelResult, Workload
 from pytest_llmperf.run.perfrun import PerfRun, PointError, Redo
+from pytest_llmperf.verdicts.starvation import STEAL_NAMED_PERCENT, holders, stolen
 from pytest_llmperf.verdicts.validity import (
     ValidityPolicy,
     disturbed,
@@ -54,8 +56,9 @@ class BusyPoint:
     samples: int  # measurements taken, all starved (re-measurements included)
     client_cpu_percent: float  # the load generator's own CPU, % of one core
     loop_lag_p99_ms: float
-    system_cpu_percent: float | None  # the whole machine, % of all its CPUs
+    system_cpu_percent: float | None  # the machine's own processes, % of all its CPUs
     cpus: int | None
+    steal_percent: float | None = None  # what the hypervisor gave other guests, % of all CPUs
 
     def label(self) -> str:
         return f"{self.config} C={self.concurrency}"
@@ -130,6 +133,7 @@ def busy_point(config: str, samples: Sequence[LevelResult]) -> BusyPoint:
         loop_lag_p99_ms=client.loop_lag_p99_ms,
         system_cpu_percent=client.system_cpu_percent,
         cpus=client.cpus,
+        steal_percent=client.steal_percent,
     )
 
 
@@ -137,7 +141,7 @@ def _machine(p: BusyPoint) -> str:
     if p.system_cpu_percent is None:
         return ""
     on = f" of {p.cpus} CPUs" if p.cpus else ""
-    return f", machine {p.system_cpu_percent:.0f} % busy{on}"
+    return f", machine {p.system_cpu_percent:.0f} % busy{on}{stolen(p.steal_percent)}"
 
 
 def skip_message(points: Iterable[BusyPoint]) -> str:
@@ -161,18 +165,24 @@ def summary_line(points: Iterable[BusyPoint], lag_limit_ms: float, fail: bool) -
     lags = [p.loop_lag_p99_ms for p in ps]
     loads = [p.system_cpu_percent for p in ps if p.system_cpu_percent is not None]
     cpus = next((p.cpus for p in ps if p.cpus), None)
+    steals = [p.steal_percent for p in ps if p.steal_percent is not None]
     load = (
         f", machine {_span(loads)} % busy" + (f" on {cpus} CPUs" if cpus else "") if loads else ""
     )
+    if steals and max(steals) >= STEAL_NAMED_PERCENT:
+        load += f" with {_span(steals)} % more stolen"
+    # The point the hypervisor starved most decides whom the line names.
+    worst = max(ps, key=lambda p: p.steal_percent or 0.0)
+    who = holders(worst.client_cpu_percent, worst.system_cpu_percent, worst.steal_percent, cpus)
     n = len(ps)
     status = "; exit status 1 (--llmperf-invalid=fail)" if fail else " (--llmperf-invalid=skip)"
     return (
         f"machine too busy to measure {n} point{'s' if n != 1 else ''} "
         f"({', '.join(p.label() for p in ps)}), each tried {_span([p.samples for p in ps])} "
-        f"times: other processes held the CPU (load generator "
+        f"times: {who.cause} (load generator "
         f"loop lag p99 {_span(lags)} ms, limit {lag_limit_ms:g} ms, while it "
         f"used at most {max(p.client_cpu_percent for p in ps):.0f} % of a core{load}); their "
-        f"tests are skipped, undecided{status}. Close other programs and re-run them"
+        f"tests are skipped, undecided{status}. {who.remedy}"
     )
 
 

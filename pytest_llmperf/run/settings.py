@@ -376,8 +376,9 @@ SETTINGS: tuple[Setting, ...] = (
         "fail",
         "what an invalid measurement (client saturated, lengths off, failed requests) does to "
         "its test: fail (default, like llmperf compare) or skip; a point the machine was too "
-        "busy to measure (client starved by other processes) is re-measured up to max_reruns "
-        "times, then skipped with one summary line, and fail makes the exit status 1",
+        "busy to measure (client starved by other processes or the hypervisor) is re-measured "
+        "up to max_reruns times, then skipped with one summary line, and fail makes the exit "
+        "status 1",
     ),
     Setting(
         "undecided",

@@ -21,6 +21,7 @@ from pytest_llmperf.base.values import (
     LOOP_LAG_P99_LIMIT_MS,
 )
 from pytest_llmperf.core.monitor import MIN_LAG_SAMPLES, STARVED_CPU_PERCENT
+from pytest_llmperf.verdicts.starvation import client_holders, stolen
 
 __all__ = [
     "ValidityPolicy",
@@ -115,13 +116,16 @@ def _client_reason(client: ClientHealth, saturation: str, level: LevelResult) ->
     if client.cpu_percent < STARVED_CPU_PERCENT:
         machine = (
             f" and the machine was {client.system_cpu_percent:.0f} % busy on {client.cpus} CPUs"
+            f"{stolen(client.steal_percent)}"
             if client.system_cpu_percent is not None and client.cpus
             else ""
         )
+        who = client_holders(client)
+        where = "on dedicated CPUs" if who.hypervisor else "on a quieter machine"
         return (
             f"the load generator was starved of CPU{why} while it used only "
-            f"{client.cpu_percent:.0f} % of a core{machine}: other processes held the CPU, so "
-            "its timestamps are late by about the lag; measure on a quieter machine, or raise "
+            f"{client.cpu_percent:.0f} % of a core{machine}: {who.cause}, so "
+            f"its timestamps are late by about the lag; measure {where}, or raise "
             f"loop_lag_limit in [sweep] of llmperf.toml if {client.loop_lag_p99_ms:.0f} ms is "
             "small next to "
             f"TTFT p50 {level.median_ttft_ms or 0:.1f} ms and ITL p50 "
