@@ -65,20 +65,39 @@ def test_upgrade_that_caps_speculative_decoding_fails_mtp_at_c64(pytester: pytes
     assert_no_servers_left(pytester.path)
 
 
+# A session whose load generator the machine starved says so in one TOO BUSY line and measures
+# nothing at those points; the claim below cannot be checked on it, so it is run again (the
+# plugin's own advice), at most this many sessions in all.
+SESSIONS_WHEN_TOO_BUSY = 2
+
+
 @pytest.mark.slow
 def test_policy_mtp_never_loses_fails_at_exactly_c64_and_c128(pytester: pytest.Pytester):
     policy = REPO / "perf_tests" / "policies" / "mtp_never_loses.toml"
     shutil.copy(policy, pytester.path / "llmperf.toml")
     pytester.makepyfile(test_gates="def test_gate(llmperf_gate):\n    llmperf_gate.check()\n")
-    # The seed's workload (1000/1000) on the seed-003 profile, run 5x faster than real time
-    # (the model's own clock; relative numbers are unchanged).
-    result = pytester.runpytest_subprocess(
-        "--llmperf-sim-profile",
-        "sglang-rtxpro6000x4-qwen35-122b-a10b",
-        "--llmperf-sim-args",
-        "--sim-time-scale 0.2",
-        timeout=900,
-    )
+    busy: list[str] = []
+    for _ in range(SESSIONS_WHEN_TOO_BUSY):
+        # The seed's workload (1000/1000) on the seed-003 profile, run 2x faster than real time
+        # (the model's own clock; relative numbers are unchanged). Not 5x: on the 2-CPU CI
+        # runner, a virtual machine whose hypervisor stole about as much CPU time as its
+        # processes used, plain C=128 at 5x (14,000 tok/s) starved the load generator in 3
+        # sessions of 3 (loop lag p99 13-19 ms); at 2x it halves the load and measured.
+        result = pytester.runpytest_subprocess(
+            "--llmperf-sim-profile",
+            "sglang-rtxpro6000x4-qwen35-122b-a10b",
+            "--llmperf-sim-args",
+            "--sim-time-scale 0.5",
+            timeout=1500,
+        )
+        too_busy = [ln for ln in result.outlines if ln.startswith("TOO BUSY:")]
+        if not too_busy:
+            break
+        busy += too_busy
+        # the starved point ends undecided, never passed, and the session exits non-zero
+        assert result.ret == pytest.ExitCode.TESTS_FAILED
+    else:
+        pytest.fail(f"every session was too busy to measure: {busy}")
     assert _failed_ids(result) == {
         "test_gate[mtp-never-loses-C64]",
         "test_gate[mtp-never-loses-C128]",
