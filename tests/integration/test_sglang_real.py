@@ -207,6 +207,12 @@ def test_attach_by_url_with_api_key_sees_the_cap_as_queueing(
     by_c = {lv["max_concurrency"]: lv for lv in sweep["levels"]}
     assert by_c[4]["queueing"] is True and by_c[1]["queueing"] is False
     assert all(lv["failed"] == 0 for lv in by_c.values())
+    # who could hold the client's CPU, measured per level: the machine's processes and, on
+    # Linux, apart from them the hypervisor (0 on bare metal)
+    for lv in by_c.values():
+        client = lv["client"]
+        assert 0 < client["system_cpu_percent"] <= 100 and client["cpus"] >= 1, client
+        assert 0 <= client["steal_percent"] <= 100, client
     # the flush before each level was accepted (a refusal is a note)
     assert not any("flush_cache" in n for lv in by_c.values() for n in lv["notes"])
     # the key reaches the server and nothing the user reads or stores
