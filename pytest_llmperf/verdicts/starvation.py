@@ -23,25 +23,28 @@ STEAL_NAMED_PERCENT = 5.0
 
 @dataclass(frozen=True)
 class Holders:
-    """Who held the CPU (``cause``) and what to do about it (``remedy``, one sentence)."""
+    """Who held the CPU (``cause``), what to do about it (``remedy``, one sentence for a
+    summary) and where to measure instead (``measure``, a clause for a point's reason)."""
 
     cause: str
     remedy: str
-    hypervisor: bool
+    measure: str
 
 
 _PROCESSES = Holders(
-    "other processes held the CPU", "Close other programs and re-run them", hypervisor=False
+    "other processes held the CPU",
+    "Close other programs and re-run them",
+    "measure on a quieter machine",
 )
 _HYPERVISOR = Holders(
     "the hypervisor held the CPU for other virtual machines on its host",
     "Re-run them on a runner with dedicated CPUs, or when the host is quieter",
-    hypervisor=True,
+    "measure on dedicated CPUs",
 )
 _BOTH = Holders(
     "other processes and the hypervisor (steal) held the CPU",
     "Close other programs, or re-run them on a runner with dedicated CPUs",
-    hypervisor=True,
+    "measure on dedicated CPUs",
 )
 
 

@@ -121,11 +121,10 @@ def _client_reason(client: ClientHealth, saturation: str, level: LevelResult) ->
             else ""
         )
         who = client_holders(client)
-        where = "on dedicated CPUs" if who.hypervisor else "on a quieter machine"
         return (
             f"the load generator was starved of CPU{why} while it used only "
             f"{client.cpu_percent:.0f} % of a core{machine}: {who.cause}, so "
-            f"its timestamps are late by about the lag; measure {where}, or raise "
+            f"its timestamps are late by about the lag; {who.measure}, or raise "
             f"loop_lag_limit in [sweep] of llmperf.toml if {client.loop_lag_p99_ms:.0f} ms is "
             "small next to "
             f"TTFT p50 {level.median_ttft_ms or 0:.1f} ms and ITL p50 "
