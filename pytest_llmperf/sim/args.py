@@ -262,6 +262,14 @@ def _add_realism_flags(p: argparse.ArgumentParser) -> None:
         "launch's speed factor, drift and stalls together with the same --sim-seed",
     )
     n.add_argument(
+        "--sim-launch-sequence",
+        default=None,
+        metavar="FILE",
+        help="number launches through a counter in FILE (created at 0): the n-th launch's "
+        "nonce is seq-n, so a series of launches (a recording, then a judged run) draws the "
+        "same speeds again with the same --sim-seed and a fresh FILE",
+    )
+    n.add_argument(
         "--sim-drift-sd",
         type=_fraction,
         default=None,

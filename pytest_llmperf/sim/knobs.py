@@ -64,6 +64,7 @@ class ServerKnobs:
     sim_noise: str | None = None  # "quiet" or "gpu-shared"; None: the profile's noise
     sim_launch_speed_sd: float | None = None
     sim_launch_nonce: str | None = None  # None: a fresh nonce per launch (pid and clock)
+    sim_launch_sequence: str | None = None  # a counter file: the n-th launch's nonce is "seq-n"
     sim_drift_sd: float | None = None
     sim_drift_period: float | None = None  # seconds
     sim_step_jitter: float | None = None

@@ -7,7 +7,9 @@ Four terms multiply or extend the model's step time (``perf_model`` gives the qu
   ``--sim-seed`` and the launch nonce. The nonce defaults to ``<pid>-<time_ns>-<n>``, so two
   launches differ; it is logged at start ("Simulated noise: ... nonce N") and served on
   ``/_sim/ground_truth``; pass ``--sim-launch-nonce N`` with the same ``--sim-seed`` to reproduce
-  a launch (its factor, drift and stalls). It multiplies every step cost, like ``--sim-jitter``
+  a launch (its factor, drift and stalls), or ``--sim-launch-sequence FILE`` to number a series
+  of launches through a counter in ``FILE`` (nonces ``seq-0``, ``seq-1``, ...) and draw the whole
+  series again. It multiplies every step cost, like ``--sim-jitter``
   (which is seeded by ``--sim-seed`` alone, so equal seeds give equal factors).
 * **drift** (``--sim-drift-sd SD``, ``--sim-drift-period P``): a slow random walk within a run.
   ``x`` is an Ornstein-Uhlenbeck process in engine time, stationary sd ``SD``, autocorrelation
@@ -33,6 +35,9 @@ import os
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.sim.knobs import ServerKnobs
@@ -114,6 +119,24 @@ def launch_nonce() -> str:
     return f"{os.getpid()}-{time.time_ns()}-{next(_RESOLVES)}"
 
 
+SEQUENCE_LOCK_S = 10.0
+
+
+def sequence_nonce(path: str) -> str:
+    """The next nonce of the series counted in ``path`` ("seq-0" first), under a lock: launches
+    started together still take distinct numbers."""
+    counter = Path(path)
+    try:
+        with FileLock(f"{counter}.lock", timeout=SEQUENCE_LOCK_S):
+            text = counter.read_text().strip() if counter.exists() else "0"
+            if not text.isdigit():
+                raise InputError(f"--sim-launch-sequence {path}: {text!r} is not a launch count")
+            counter.write_text(f"{int(text) + 1}\n")
+    except (OSError, Timeout) as exc:
+        raise InputError(f"--sim-launch-sequence {path}: {exc}") from exc
+    return f"seq-{text}"
+
+
 def launch_speed_factor(seed: int, nonce: str, sd: float) -> float:
     """``exp(sd * z)``, ``z ~ N(0, 1)`` clipped to +-3, from ``(seed, nonce)``; 1.0 at sd 0."""
     if sd <= 0:
@@ -124,9 +147,15 @@ def launch_speed_factor(seed: int, nonce: str, sd: float) -> float:
 
 
 def resolve_noise(profile: Profile, knobs: ServerKnobs) -> NoiseSettings:
-    """The launch's noise: spec, nonce (``--sim-launch-nonce`` or a fresh one) and its factor."""
+    """The launch's noise: spec, nonce (``--sim-launch-nonce``, the next of
+    ``--sim-launch-sequence``, or a fresh one) and its factor."""
     spec = noise_spec(profile, knobs)
-    nonce = knobs.sim_launch_nonce if knobs.sim_launch_nonce is not None else launch_nonce()
+    if knobs.sim_launch_nonce is not None:
+        nonce = knobs.sim_launch_nonce
+    elif knobs.sim_launch_sequence is not None:
+        nonce = sequence_nonce(knobs.sim_launch_sequence)
+    else:
+        nonce = launch_nonce()
     factor = launch_speed_factor(knobs.sim_seed, nonce, spec.launch_speed_sd)
     return NoiseSettings(spec=spec, nonce=nonce, launch_speed_factor=factor)
 

@@ -65,6 +65,29 @@ def test_launch_speed_differs_per_launch_and_reproduces_with_nonce() -> None:
     assert step_time(c1, 16, 5000) == pytest.approx(c1.speed_factor * step_time(quiet, 16, 5000))
 
 
+def test_launch_sequence_numbers_launches_and_draws_the_series_again(tmp_path: Path) -> None:
+    """``--sim-launch-sequence FILE``: launch n takes nonce ``seq-n``, so a fresh file with the
+    same seed gives the same series of speeds, launch by launch."""
+
+    def series(path: Path) -> list[float]:
+        knobs = parse_args(["--sim-launch-speed-sd", "0.3", "--sim-launch-sequence", str(path)])
+        got = []
+        for n in range(4):
+            model, logs = resolve(None, knobs.knobs)
+            assert model.noise is not None and model.noise.nonce == f"seq-{n}"
+            assert any(f"nonce seq-{n}" in line for line in logs)
+            got.append(model.noise.launch_speed_factor)
+        return got
+
+    first = series(tmp_path / "a")
+    assert len(set(first)) == 4  # distinct launches
+    assert series(tmp_path / "b") == first
+    assert first == [launch_speed_factor(0, f"seq-{n}", 0.3) for n in range(4)]
+    (tmp_path / "a").write_text("many\n")
+    with pytest.raises(InputError, match="--sim-launch-sequence .*'many' is not a launch count"):
+        series(tmp_path / "a")
+
+
 def test_launch_speed_factor_law() -> None:
     logs = [math.log(launch_speed_factor(0, str(i), 0.15)) for i in range(2000)]
     assert statistics.fmean(logs) == pytest.approx(0.0, abs=0.02)
