@@ -39,6 +39,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from pytest_llmperf.base.atomic import atomic_write_text
 from pytest_llmperf.base.errors import InputError
 from pytest_llmperf.sim.knobs import ServerKnobs
 from pytest_llmperf.sim.profile import NoiseSpec, Profile
@@ -131,7 +132,7 @@ def sequence_nonce(path: str) -> str:
             text = counter.read_text().strip() if counter.exists() else "0"
             if not text.isdigit():
                 raise InputError(f"--sim-launch-sequence {path}: {text!r} is not a launch count")
-            counter.write_text(f"{int(text) + 1}\n")
+            atomic_write_text(counter, f"{int(text) + 1}\n")
     except (OSError, Timeout) as exc:
         raise InputError(f"--sim-launch-sequence {path}: {exc}") from exc
     return f"seq-{text}"

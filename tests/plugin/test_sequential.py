@@ -53,7 +53,7 @@ def test_relaunches_only_undecided_points_until_decided_or_budget(suite):
     # ruled out, so points are measured in both launches and end inconclusive, saying so.
     # The launches' speeds are numbered series, not fresh draws: with fresh ones, a recording
     # that came out slow by chance made the judged launches "better than baseline beyond noise"
-    # at once (a pass, rightly) in about one run in twenty. The recording measures a level in
+    # at once (a pass, rightly; it happened in CI). The recording measures a level in
     # about five launches of its own (C=1 on launches 0-4, C=4 on 4-8, C=16 on 8-12); with seed
     # 15160 each level's launches spread by a log-sd of 0.22 or more, and the judged run (a
     # series of its own: launches 0 and 1 again, 10 % slower and 6 % faster than median) lies
