@@ -8,7 +8,6 @@ re-exported here so ``from pytest_llmperf.verdicts.baseline import ...`` keeps w
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +33,7 @@ from pytest_llmperf.verdicts.baseline_file import (
     load_baseline_file,
     write_baseline_file,
 )
-from pytest_llmperf.verdicts.stats import LaunchNoise, launch_means
+from pytest_llmperf.verdicts.stats import LaunchNoise, launch_means, mean_within_se
 
 __all__ = [
     "MAX_RAW_SAMPLES",
@@ -75,12 +74,11 @@ def summarize(
     d = METRICS[metric]
     vals = [float(v) for v in values]
     means = launch_means(vals, launches)
-    ses = [w for w in within_se if w is not None]
     return MetricSummary(
         mean=statistics.fmean(vals),
         std=statistics.stdev(means) if len(means) > 1 else 0.0,
         launches=len(means) if launches is not None else None,
-        within_se=math.sqrt(sum(x * x for x in ses)) / len(ses) if ses else None,
+        within_se=mean_within_se(within_se),
         n=len(vals),
         samples=vals if 1 < len(vals) <= MAX_RAW_SAMPLES else None,
         direction=d.direction,

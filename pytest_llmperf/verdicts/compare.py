@@ -479,6 +479,11 @@ def compare_point(
                     "the launch noise the baseline recorded: the plain comparison would "
                     "measure that move, not the level)"
                 )
+            elif ratio is not None and math.isinf(ratio):
+                reason = (
+                    " (the launch's shared speed removed, as the baseline's launches differed "
+                    "by it alone)"
+                )
             elif ratio is not None:
                 reason = (
                     f" (the launch's shared speed removed, as its noise is {ratio:.1f}x the "

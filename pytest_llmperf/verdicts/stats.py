@@ -71,6 +71,7 @@ __all__ = [
     "deficit",
     "launch_count",
     "launch_means",
+    "mean_within_se",
     "min_detectable_effect",
     "relative_change",
     "standard_error",
@@ -247,6 +248,17 @@ def launch_means(values: Sequence[float], launches: Sequence[str | None] | None)
     return [statistics.fmean(g) for g in groups.values()]
 
 
+def mean_within_se(within_se: Sequence[float | None]) -> float | None:
+    """The within-run relative se of the mean of samples with these ses (None: unmeasured),
+    their errors independent. A sample without one (a steady window too short to judge) is
+    taken as noisy as the measured ones, so one measured pass among two hundred adds its
+    error once in two hundred, not in full."""
+    ses = [w for w in within_se if w is not None]
+    if not ses:
+        return None
+    return math.sqrt(sum(x * x for x in ses) / len(ses) / len(within_se))
+
+
 def launch_count(launches: Sequence[str | None] | None, n: int) -> int:
     """Independent launches among ``n`` samples (unknown ids count one each)."""
     return n if launches is None else len(launch_means([0.0] * n, launches))
@@ -273,9 +285,7 @@ class Side:
         means = launch_means(values, launches)
         ref = abs(scale if scale is not None else statistics.fmean(values)) or 1.0
         sd = statistics.stdev(means) / ref if len(means) >= 2 else None
-        ses = [w for w in within_se if w is not None]
-        w = math.sqrt(sum(x * x for x in ses)) / len(ses) if ses else None
-        return cls(statistics.fmean(values), sd, len(means), w)
+        return cls(statistics.fmean(values), sd, len(means), mean_within_se(within_se))
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,25 @@ def test_compare_sweep_adjusts_like_the_plugin(tmp_path) -> None:
     assert [p.verdict for p in looked][2] == Verdict.FAIL
 
 
+def test_a_baseline_whose_launches_differed_by_their_speed_alone_says_so(tmp_path) -> None:
+    """Recorded in many passes a launch, a level's residuals can be the same in every launch
+    (spread 0): the message says why the adjusted comparison was taken in words, not as an
+    infinite ratio ("infx")."""
+    from pytest_llmperf.verdicts.compare import compare_sweep
+
+    from . import make_sweep
+
+    store, _ = _store(tmp_path, spread=0.15, residual_sd=0.0)
+    run = make_sweep("plain", {1: 120.0, 16: 1200.0, 64: 1800.0})
+    run = run.model_copy(
+        update={"levels": [lv.model_copy(update={"launch": "L"}) for lv in run.levels]}
+    )
+    auto = compare_sweep(run, store, "hw", metrics=["output_throughput"], adjust="auto")
+    text = auto[2].message()
+    assert "as the baseline's launches differed by it alone" in text
+    assert "infx" not in text and "inf" not in text.split("differed")[0]
+
+
 def test_a_stall_inside_the_level_is_re_measured_not_failed() -> None:
     """-14 % at one level of one launch: beyond a 1 % residual spread, so a fail; unless the
     level's own within-run error says its window was disturbed (a stall), then inconclusive."""

@@ -9,7 +9,7 @@ from pytest_llmperf.report.tables import judged_cell
 from pytest_llmperf.verdicts.baseline import entry_from_levels
 from pytest_llmperf.verdicts.compare import Verdict
 from pytest_llmperf.verdicts.gates import Gate, evaluate_gate
-from pytest_llmperf.verdicts.stats import decide, launch_count, launch_means
+from pytest_llmperf.verdicts.stats import decide, launch_count, launch_means, mean_within_se
 
 
 def _lv(tput: float, launch: str | None = None, se: float = 0.0) -> LevelResult:
@@ -139,6 +139,22 @@ def test_within_run_error_widens_the_margin() -> None:
     plain = decide(90.0, direction="higher", **kw)  # type: ignore[arg-type]
     noisy = decide(90.0, direction="higher", current_within_se=[0.05], **kw)  # type: ignore[arg-type]
     assert plain.outcome == "fail" and noisy.outcome == "inconclusive"
+
+
+def test_one_measured_within_run_error_does_not_stand_for_every_sample() -> None:
+    """A level whose steady window was too short to judge in all but one of 200 passes (C=2 of
+    a short workload on real SGLang): that pass's error counts once in 200, as if each pass
+    were as noisy; taken in full it made a 59 % margin out of a 6 % one."""
+    assert mean_within_se([0.15] + [None] * 199) == pytest.approx(0.15 / 200**0.5)
+    assert mean_within_se([0.1, 0.2]) == pytest.approx((0.01 + 0.04) ** 0.5 / 2)
+    assert mean_within_se([None, None]) is None and mean_within_se([]) is None
+    kw = dict(base_mean=100.0, base_std=1.0, base_n=3, base_launches=3, tolerance=0.05)
+    one = decide([90.0] * 200, direction="higher", current_within_se=[0.15] + [None] * 199, **kw)  # type: ignore[arg-type]
+    assert one.outcome == "fail"
+    # the baseline's summary combines its samples' errors the same way
+    levels = [_lv(100.0, "p#1", se=0.15 if i == 0 else 0.0) for i in range(200)]
+    s = entry_from_levels(levels, ["output_throughput"]).metrics["output_throughput"]
+    assert s.within_se == pytest.approx(0.15 / 200**0.5)
 
 
 def test_baseline_records_launch_spread() -> None:
