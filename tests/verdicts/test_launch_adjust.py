@@ -184,7 +184,7 @@ def test_a_baseline_whose_launches_differed_by_their_speed_alone_says_so(tmp_pat
     auto = compare_sweep(run, store, "hw", metrics=["output_throughput"], adjust="auto")
     text = auto[2].message()
     assert "as the baseline's launches differed by it alone" in text
-    assert "infx" not in text and "inf" not in text.split("differed")[0]
+    assert "infx" not in text
 
 
 def test_a_stall_inside_the_level_is_re_measured_not_failed() -> None:
